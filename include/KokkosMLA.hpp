@@ -1,0 +1,7 @@
+#ifndef KOKKOSMLA_HPP
+#define KOKKOSMLA_HPP
+/// Umbrella header: multi-head latent attention on Kokkos.
+#include <KokkosMLA_config.hpp>
+#include <KokkosMLA_Options.hpp>
+#include <KokkosMLA_Attention.hpp>
+#endif

@@ -1,0 +1,204 @@
+#ifndef KOKKOSMLA_ATTENTION_HPP
+#define KOKKOSMLA_ATTENTION_HPP
+
+#include <Kokkos_Core.hpp>
+
+#include <cstddef>
+#include <string>
+#include <type_traits>
+
+#include <KokkosMLA_Options.hpp>
+
+namespace KokkosMLA {
+
+namespace Impl {
+
+/// Everything a Plan decides once: the algorithm, team shape and tiles.
+struct LaunchConfig {
+  Algorithm algorithm = Algorithm::Fused;
+  int team_size = 1;
+  int scratch_level = 0;      ///< team scratch level of the attention kernel
+  int query_tile = 1;         ///< query tokens per team
+  int head_group = 1;         ///< heads per team (latent kernels)
+  int key_tile = 1;           ///< keys staged per step
+  int weight_chunk = 1;       ///< rows of w_uk / w_uv staged per step
+  std::size_t scratch_bytes = 0;  ///< per team, attention kernel
+  std::size_t scratch_max0 = 0;   ///< the backend's level-0 limit
+};
+
+/// Row-major unmanaged views on the caller's memory: what the kernels take.
+template <class Scalar, class MemSpace>
+struct ViewTypes {
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+};
+
+/// What the host-side checks need to know of one argument.
+struct ArgInfo {
+  const char* name = "";
+  int rank = 0;
+  std::int64_t extent[4] = {0, 0, 0, 0};
+  const void* data = nullptr;
+  std::size_t bytes = 0;
+  bool contiguous = true;
+};
+
+template <class V>
+ArgInfo describe(const char* name, const V& v) {
+  ArgInfo a;
+  a.name = name;
+  a.rank = int(V::rank);
+  for (int i = 0; i < a.rank && i < 4; ++i) a.extent[i] = std::int64_t(v.extent(i));
+  a.data = v.data();
+  a.bytes = v.span() * sizeof(typename V::value_type);
+  a.contiguous = v.span_is_contiguous();
+  return a;
+}
+
+/// Throws std::invalid_argument naming the argument and extents; returns the shape.
+Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent,
+                         const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out);
+void validate_shape(const char* caller, const Shape& s);
+void validate_options(const char* caller, const Options& opt);
+void require_same_shape(const char* caller, const Shape& planned, const Shape& given);
+
+template <class ExecSpace>
+constexpr bool is_supported_space =
+    std::is_same<ExecSpace, Kokkos::DefaultExecutionSpace>::value ||
+    std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
+
+// Compile-time checks of one argument; the failing instantiation names the argument's type.
+template <class Scalar, class ExecSpace, class V, int Rank, bool IsOutput>
+constexpr bool check_view() {
+  static_assert(Kokkos::is_view<V>::value, "KokkosMLA: every tensor argument must be a Kokkos::View");
+  static_assert(int(V::rank) == Rank,
+                "KokkosMLA: wrong rank: q and out are rank 4, latent, w_uk and w_uv rank 3");
+  static_assert(std::is_same<typename V::non_const_value_type, Scalar>::value,
+                "KokkosMLA: all views must hold the same scalar type (float or double)");
+  static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value,
+                "KokkosMLA: views must be LayoutRight (row-major)");
+  static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename V::memory_space>::accessible,
+                "KokkosMLA: a view's memory space is not accessible from the execution space");
+  static_assert(!IsOutput || !std::is_const<typename V::value_type>::value,
+                "KokkosMLA: out must be a view of non-const values");
+  return true;
+}
+
+template <class Scalar, class ExecSpace, class Q, class L, class WK, class WV, class O>
+constexpr bool check_views() {
+  return check_view<Scalar, ExecSpace, Q, 4, false>() && check_view<Scalar, ExecSpace, L, 3, false>() &&
+         check_view<Scalar, ExecSpace, WK, 3, false>() && check_view<Scalar, ExecSpace, WV, 3, false>() &&
+         check_view<Scalar, ExecSpace, O, 4, true>();
+}
+
+template <class Q, class L, class WK, class WV, class O>
+Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk,
+                      const WV& w_uv, const O& out) {
+  return validate_arguments(caller, describe("q", q), describe("latent", latent),
+                            describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
+}
+
+}  // namespace Impl
+
+/// The algorithm a Plan<Scalar, ExecSpace> uses for this problem: opt.algorithm,
+/// or what the cost model picks for Algorithm::Auto (see README).
+template <class Scalar, class ExecSpace>
+Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Options& opt = {});
+
+/// A problem shape bound to an execution space: chooses the algorithm and tiles
+/// once and owns the workspace, so that execute() allocates nothing.
+/// Instances exist for float and double on Kokkos::DefaultExecutionSpace and
+/// Kokkos::DefaultHostExecutionSpace. A Plan's workspace is shared by its
+/// executions: run concurrent executions on separate Plans.
+template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
+class Plan {
+  static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
+                "KokkosMLA::Plan: Scalar must be float or double");
+  static_assert(Impl::is_supported_space<ExecSpace>,
+                "KokkosMLA::Plan: ExecSpace must be Kokkos::DefaultExecutionSpace or "
+                "Kokkos::DefaultHostExecutionSpace");
+
+ public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+  using views = Impl::ViewTypes<Scalar, memory_space>;
+
+  /// Throws std::invalid_argument for non-positive extents, keys < queries or a
+  /// non-finite scale.
+  Plan(const ExecSpace& exec, const Shape& shape, const Options& opt = {});
+
+  /// Asynchronous on exec. Throws std::invalid_argument, before any launch and
+  /// without touching out, when the views do not match the planned shape.
+  template <class Q, class L, class WK, class WV, class O>
+  void execute(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+               const O& out) const {
+    static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O>(), "");
+    const char* caller = "KokkosMLA::Plan::execute";
+    Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out));
+    run(exec, typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
+        typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
+        typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
+        typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
+        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)));
+  }
+
+  Algorithm algorithm() const { return config_.algorithm; }
+  const Shape& shape() const { return shape_; }
+  const Options& options() const { return options_; }
+  double scale() const { return scale_; }
+  std::size_t workspace_bytes() const { return workspace_.span() * sizeof(Scalar); }
+  /// One line: algorithm, team size, tiles and scratch, for logs.
+  std::string describe() const;
+
+ private:
+  void run(const ExecSpace& exec, const typename views::ConstRank4& q,
+           const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
+           const typename views::ConstRank3& w_uv, const typename views::Rank4& out) const;
+
+  Shape shape_;
+  Options options_;
+  double scale_ = 1;
+  Impl::LaunchConfig config_;
+  Kokkos::View<Scalar*, memory_space> workspace_;
+};
+
+/// out = causal multi-head latent attention of q over latent with the
+/// up-projections w_uk and w_uv (see README). Validates, plans and executes;
+/// allocates the chosen algorithm's workspace, so hot loops should hold a Plan.
+template <class ExecSpace, class Q, class L, class WK, class WV, class O,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
+void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+               const O& out, const Options& opt = {}) {
+  using Scalar = typename O::non_const_value_type;
+  static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O>(), "");
+  const char* caller = "KokkosMLA::attention";
+  const Shape shape = Impl::validated_shape(caller, q, latent, w_uk, w_uv, out);
+  Impl::validate_options(caller, opt);
+  Plan<Scalar, ExecSpace>(exec, shape, opt).execute(exec, q, latent, w_uk, w_uv, out);
+}
+
+/// As above, on a default instance of out's execution space.
+template <class Q, class L, class WK, class WV, class O,
+          std::enable_if_t<Kokkos::is_view<Q>::value, int> = 0>
+void attention(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
+               const Options& opt = {}) {
+  attention(typename O::execution_space(), q, latent, w_uk, w_uv, out, opt);
+}
+
+#define KOKKOSMLA_DECLARE_INSTANCES(SPACE)                                                   \
+  extern template class Plan<float, SPACE>;                                                  \
+  extern template class Plan<double, SPACE>;                                                 \
+  extern template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
+  extern template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
+KOKKOSMLA_DECLARE_INSTANCES(Kokkos::DefaultExecutionSpace)
+// A device backend makes the host space a distinct type with its own instances.
+#if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL) || \
+    defined(KOKKOS_ENABLE_OPENMPTARGET)
+#define KOKKOSMLA_HOST_SPACE_IS_DISTINCT 1
+KOKKOSMLA_DECLARE_INSTANCES(Kokkos::DefaultHostExecutionSpace)
+#endif
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,60 @@
+#ifndef KOKKOSMLA_OPTIONS_HPP
+#define KOKKOSMLA_OPTIONS_HPP
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace KokkosMLA {
+
+/// How the attention is computed; all give the same result up to rounding.
+enum class Algorithm {
+  Auto,          ///< a cost model picks one of the three below from the shapes and backend
+  Fused,         ///< one launch: absorbed query, attention over the latent, up-projection
+  Decompressed,  ///< K and V by two GEMMs into a workspace, then flash attention per head
+  Absorbed,      ///< the Fused steps as three launches through a workspace
+};
+
+std::string to_string(Algorithm a);
+
+struct Options {
+  /// Softmax scale; 1/sqrt(D) when unset. Must be finite.
+  std::optional<double> scale;
+  /// Query i attends to key positions <= its own (S - T + i); false: to all keys.
+  bool causal = true;
+  Algorithm algorithm = Algorithm::Auto;
+  /// Print the chosen algorithm and tiles to stderr when a Plan is made.
+  bool verbose = false;
+};
+
+/// Extents of one problem: q (batch, queries, heads, head_dim),
+/// latent (batch, keys, latent_dim), w_uk and w_uv (latent_dim, heads, head_dim).
+/// keys >= queries; query i sits at key position keys - queries + i.
+struct Shape {
+  std::int64_t batch = 0;
+  std::int64_t queries = 0;
+  std::int64_t keys = 0;
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t latent_dim = 0;
+
+  friend bool operator==(const Shape& a, const Shape& b) {
+    return a.batch == b.batch && a.queries == b.queries && a.keys == b.keys &&
+           a.heads == b.heads && a.head_dim == b.head_dim &&
+           a.latent_dim == b.latent_dim;
+  }
+  friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
+};
+
+std::string to_string(const Shape& s);
+
+/// Useful floating-point operations of each algorithm for this shape.
+struct FlopCount {
+  double decompressed = 0;  ///< 4*B*S*R*H*D + attention over D
+  double absorbed = 0;      ///< 4*B*T*H*D*R + attention over R (Fused and Absorbed)
+};
+FlopCount flop_count(const Shape& s, bool causal);
+
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,205 @@
+// Plans and runs the three algorithms; the only file that launches kernels.
+
+#include <KokkosMLA_Attention.hpp>
+
+#include "impl/KokkosMLA_CostModel.hpp"
+
+#include <climits>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+namespace KokkosMLA {
+namespace Impl {
+
+namespace {
+
+template <class ExecSpace, class T>
+CostInputs cost_inputs(const ExecSpace& exec, const Shape& s, const Options& opt) {
+  CostInputs in;
+  in.shape = s;
+  in.causal = opt.causal;
+  in.backend = backend_of(exec);
+  in.scalar_bytes = sizeof(T);
+  in.fused = latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend).tiles;
+  in.attend = latent_tiles<ExecSpace, T, LatentStep::Attend>(s, in.backend).tiles;
+  in.flash = flash_tiles<ExecSpace, T>(s, in.backend).tiles;
+  return in;
+}
+
+template <class Tiles>
+void apply(LaunchConfig& c, const Fitted<Tiles>& f);
+
+template <>
+void apply(LaunchConfig& c, const Fitted<FlashTiles>& f) {
+  c.query_tile = f.tiles.query_tile;
+  c.key_tile = f.tiles.key_tile;
+  c.scratch_level = f.level;
+  c.scratch_bytes = f.bytes;
+}
+
+template <>
+void apply(LaunchConfig& c, const Fitted<LatentTiles>& f) {
+  c.query_tile = f.tiles.tokens;
+  c.head_group = f.tiles.heads;
+  c.key_tile = f.tiles.key_tile;
+  c.weight_chunk = f.tiles.weight_chunk;
+  c.scratch_level = f.level;
+  c.scratch_bytes = f.bytes;
+}
+
+template <class ExecSpace, class T>
+LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& opt) {
+  const CostInputs in = cost_inputs<ExecSpace, T>(exec, s, opt);
+  LaunchConfig c;
+  c.algorithm = opt.algorithm == Algorithm::Auto ? cheapest(in) : opt.algorithm;
+  c.team_size = in.backend.team_size;
+  c.scratch_max0 = in.backend.scratch_max[0];
+  switch (c.algorithm) {
+    case Algorithm::Decompressed: apply(c, flash_tiles<ExecSpace, T>(s, in.backend)); break;
+    case Algorithm::Absorbed:
+      apply(c, latent_tiles<ExecSpace, T, LatentStep::Attend>(s, in.backend));
+      break;
+    default: apply(c, latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend)); break;
+  }
+  return c;
+}
+
+/// Launches kernel k with its scratch, as many threads per team as asked for
+/// and the backend allows for this kernel.
+template <class ExecSpace, class Kernel>
+void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_size,
+            std::size_t scratch_bytes) {
+  if (k.league_size() <= 0) throw std::invalid_argument(std::string(label) + ": too many teams");
+  Kokkos::TeamPolicy<ExecSpace> probe(exec, k.league_size(), 1);
+  probe.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
+  const int allowed = probe.team_size_max(k, Kokkos::ParallelForTag());
+  Kokkos::TeamPolicy<ExecSpace> policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
+  policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
+  Kokkos::parallel_for(label, policy, k);
+}
+
+template <class ExecSpace, class T, LatentStep Step>
+LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s, const LaunchConfig& c, T scale,
+                                               bool causal, const T* q, const T* latent,
+                                               const T* w_uk, const T* w_uv, T* out, T* workspace) {
+  LatentKernel<ExecSpace, T, Step> k{q, latent, w_uk, w_uv, out, workspace, s.batch, s.queries, s.keys,
+                                     s.heads, s.head_dim, s.latent_dim, LatentTiles{}, scale, causal, 0};
+  k.tiles = {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
+  return k;
+}
+
+template <class ExecSpace, class T, LatentStep Step>
+void launch_latent(const ExecSpace& exec, const char* label, LatentKernel<ExecSpace, T, Step> k,
+                   const LaunchConfig& c) {
+  const std::size_t bytes = k.scratch_bytes(k.tiles, k.dim, k.rank);
+  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
+  launch(exec, label, k, c.team_size, bytes);
+}
+
+}  // namespace
+
+}  // namespace Impl
+
+template <class Scalar, class ExecSpace>
+Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Options& opt) {
+  Impl::validate_shape("KokkosMLA::choose_algorithm", shape);
+  if (opt.algorithm != Algorithm::Auto) return opt.algorithm;
+  return Impl::cheapest(Impl::cost_inputs<ExecSpace, Scalar>(exec, shape, opt));
+}
+
+template <class Scalar, class ExecSpace>
+Plan<Scalar, ExecSpace>::Plan(const ExecSpace& exec, const Shape& shape, const Options& opt)
+    : shape_(shape), options_(opt) {
+  const char* caller = "KokkosMLA::Plan";
+  Impl::validate_shape(caller, shape);
+  Impl::validate_options(caller, opt);
+  scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim));
+  config_ = Impl::plan_launch<ExecSpace, Scalar>(exec, shape, opt);
+  std::int64_t elements = 0;
+  if (config_.algorithm == Algorithm::Decompressed)
+    elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
+  if (config_.algorithm == Algorithm::Absorbed)
+    elements = shape.batch * shape.queries * shape.heads * shape.latent_dim;  // qa, then oa
+  if (elements > 0)
+    workspace_ = Kokkos::View<Scalar*, memory_space>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::Plan::workspace"), elements);
+  if (opt.verbose) std::cerr << "KokkosMLA: " << describe() << "\n";
+}
+
+template <class Scalar, class ExecSpace>
+std::string Plan<Scalar, ExecSpace>::describe() const {
+  std::ostringstream o;
+  o << to_string(shape_) << " " << ExecSpace::name() << " algorithm=" << to_string(config_.algorithm)
+    << " team_size=" << config_.team_size << " query_tile=" << config_.query_tile;
+  if (config_.algorithm != Algorithm::Decompressed)
+    o << " head_group=" << config_.head_group << " weight_chunk=" << config_.weight_chunk;
+  o << " key_tile=" << config_.key_tile << " scratch=" << config_.scratch_bytes << "B@level"
+    << config_.scratch_level << " workspace=" << workspace_bytes() << "B";
+  return o.str();
+}
+
+template <class Scalar, class ExecSpace>
+void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::ConstRank4& q,
+                                  const typename views::ConstRank3& latent,
+                                  const typename views::ConstRank3& w_uk,
+                                  const typename views::ConstRank3& w_uv,
+                                  const typename views::Rank4& out) const {
+  using namespace Impl;
+  const Shape& s = shape_;
+  const Scalar scale = Scalar(scale_);
+  const bool causal = options_.causal;
+  Scalar* ws = workspace_.data();
+  switch (config_.algorithm) {
+    case Algorithm::Auto:
+    case Algorithm::Fused:
+      launch_latent(exec, "KokkosMLA::Fused",
+                    latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
+                        s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
+                        out.data(), nullptr),
+                    config_);
+      break;
+    case Algorithm::Absorbed: {
+      auto args = [&](auto step) {
+        return latent_kernel<ExecSpace, Scalar, decltype(step)::value>(
+            s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(), ws);
+      };
+      using Step = LatentStep;
+      launch_latent(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()), config_);
+      launch_latent(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()), config_);
+      launch_latent(exec, "KokkosMLA::Absorbed::up_project",
+                    args(std::integral_constant<Step, Step::UpProject>()), config_);
+      break;
+    }
+    case Algorithm::Decompressed: {
+      using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, memory_space,
+                                       Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
+      // their product is K as (B, S, H, D), one GEMM for all heads.
+      const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+      const ConstMatrix lat(latent.data(), rows, s.latent_dim);
+      const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
+      Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
+      Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
+      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(), k.data(), v.data(), out.data(), s.batch,
+                                                s.queries, s.keys, s.heads, s.head_dim,
+                                                FlashTiles{config_.query_tile, config_.key_tile},
+                                                scale, causal, config_.scratch_level};
+      launch(exec, "KokkosMLA::Decompressed::flash", f, config_.team_size, config_.scratch_bytes);
+      break;
+    }
+  }
+}
+
+#define KOKKOSMLA_INSTANTIATE(SPACE)                                                          \
+  template class Plan<float, SPACE>;                                                          \
+  template class Plan<double, SPACE>;                                                         \
+  template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
+  template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
+KOKKOSMLA_INSTANTIATE(Kokkos::DefaultExecutionSpace)
+#ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
+KOKKOSMLA_INSTANTIATE(Kokkos::DefaultHostExecutionSpace)
+#endif
+
+}  // namespace KokkosMLA

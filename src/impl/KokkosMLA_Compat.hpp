@@ -1,0 +1,61 @@
+#ifndef KOKKOSMLA_COMPAT_HPP
+#define KOKKOSMLA_COMPAT_HPP
+// The one place that knows Kokkos and Kokkos Kernels versions apart
+// (Debian's Trilinos-built 3.4 and current 4.x).
+
+#include <Kokkos_Core.hpp>
+#include <KokkosBlas3_gemm.hpp>
+
+#include <cmath>
+#include <limits>
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class T>
+KOKKOS_INLINE_FUNCTION T exp(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::exp(x);
+#else
+  return Kokkos::Experimental::exp(x);
+#endif
+}
+
+// Kokkos::min/max arrived after 3.4.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T min_of(T a, T b) {
+  return b < a ? b : a;
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T max_of(T a, T b) {
+  return a < b ? b : a;
+}
+
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr T negative_infinity() {
+  return T(-INFINITY);
+}
+
+template <class ExecSpace>
+constexpr bool is_host_space() {
+  return Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+}
+
+/// C = A * B on exec's stream. Kokkos Kernels 4 takes the instance; older
+/// releases run on the default instance, so order them around it explicitly.
+template <class ExecSpace, class AV, class BV, class CV>
+void gemm(const ExecSpace& exec, const AV& A, const BV& B, const CV& C) {
+  using Scalar = typename CV::non_const_value_type;
+#if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40100
+  KokkosBlas::gemm(exec, "N", "N", Scalar(1), A, B, Scalar(0), C);
+#else
+  exec.fence();
+  KokkosBlas::gemm("N", "N", Scalar(1), A, B, Scalar(0), C);
+  typename ExecSpace::execution_space().fence();
+#endif
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,171 @@
+#ifndef KOKKOSMLA_TEAMOPS_HPP
+#define KOKKOSMLA_TEAMOPS_HPP
+// Team-level building blocks shared by every attention kernel: a register-
+// blocked matrix product on tiles, the online-softmax row update, and tile
+// copies. All take raw pointers with leading dimensions so that one routine
+// serves scratch and global memory alike, and all work for any team size
+// (Serial's is 1) and any tile extents.
+
+#include "KokkosMLA_Compat.hpp"
+
+#include <cstdint>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// A row-major matrix: element (i, j) at ptr[i * ld + j].
+template <class T>
+struct Mat {
+  T* ptr;
+  std::int64_t ld;
+  KOKKOS_INLINE_FUNCTION T& operator()(int i, int j) const { return ptr[i * ld + j]; }
+};
+
+/// Read B(k, j) from a row-major K x N matrix.
+template <class T>
+struct PlainB {
+  const T* ptr;
+  std::int64_t ld;
+  KOKKOS_INLINE_FUNCTION T operator()(int k, int j) const { return ptr[k * ld + j]; }
+};
+
+/// Read B(k, j) from a row-major N x K matrix (B is its transpose).
+template <class T>
+struct TransposedB {
+  const T* ptr;
+  std::int64_t ld;
+  KOKKOS_INLINE_FUNCTION T operator()(int k, int j) const { return ptr[j * ld + k]; }
+};
+
+/// Per-thread register block of the team product.
+constexpr int kMicroRows = 4;
+constexpr int kMicroCols = 4;
+
+/// C(i, j) = (accumulate ? row_scale[i] * C(i, j) : 0) + alpha * sum_k A(i, k) B(k, j)
+/// for an M x N block, split among the team's threads in 4x4 register blocks.
+/// A thread owns rows ti + m * mt and columns tj + n * nt (strided, not
+/// contiguous) so that neighbouring threads touch neighbouring rows/columns:
+/// that keeps scratch accesses free of bank conflicts. row_scale may be null.
+/// Ends with a team barrier.
+template <class Member, class T, class BAccess>
+KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T alpha,
+                                      Mat<const T> A, BAccess B, Mat<T> C, const T* row_scale,
+                                      bool accumulate) {
+  const int mt = (M + kMicroRows - 1) / kMicroRows;
+  const int nt = (N + kMicroCols - 1) / kMicroCols;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, mt * nt), [&](const int tile) {
+    const int ti = tile / nt;
+    const int tj = tile % nt;
+    int rows[kMicroRows], cols[kMicroCols];
+    // Out-of-range rows/columns read a valid element and are never stored.
+    for (int m = 0; m < kMicroRows; ++m) rows[m] = min_of(ti + m * mt, M - 1);
+    for (int n = 0; n < kMicroCols; ++n) cols[n] = min_of(tj + n * nt, N - 1);
+    T acc[kMicroRows][kMicroCols] = {};
+    for (int k = 0; k < K; ++k) {
+      T a[kMicroRows], b[kMicroCols];
+      for (int m = 0; m < kMicroRows; ++m) a[m] = A(rows[m], k);
+      for (int n = 0; n < kMicroCols; ++n) b[n] = B(k, cols[n]);
+      for (int m = 0; m < kMicroRows; ++m)
+        for (int n = 0; n < kMicroCols; ++n) acc[m][n] += a[m] * b[n];
+    }
+    for (int m = 0; m < kMicroRows; ++m) {
+      const int i = ti + m * mt;
+      if (i >= M) break;
+      const T keep = accumulate ? (row_scale ? row_scale[i] : T(1)) : T(0);
+      for (int n = 0; n < kMicroCols; ++n) {
+        const int j = tj + n * nt;
+        if (j >= N) break;
+        C(i, j) = (accumulate ? keep * C(i, j) : T(0)) + alpha * acc[m][n];
+      }
+    }
+  });
+  team.team_barrier();
+}
+
+/// Copies a rows x cols block; ends with a team barrier.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from,
+                                      Mat<T> to) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
+    const int i = e / cols, j = e % cols;
+    to(i, j) = from(i, j);
+  });
+  team.team_barrier();
+}
+
+/// Online-softmax state of the rows of a team: running max, running sum, and
+/// the factor by which the previous accumulator must be rescaled.
+template <class T>
+struct SoftmaxRows {
+  T* max;
+  T* sum;
+  T* rescale;
+};
+
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void softmax_init(const Member& team, int rows, SoftmaxRows<T> st) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+    st.max[i] = negative_infinity<T>();
+    st.sum[i] = T(0);
+  });
+  team.team_barrier();
+}
+
+/// Turns scaled logits P (rows x keys) into unnormalised probabilities
+/// relative to the updated running max, masking keys past each row's causal
+/// limit: row i may see key positions <= row_last_key(i). Ends with a barrier.
+template <class Member, class T, class LastKey>
+KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int keys,
+                                           std::int64_t first_key, LastKey row_last_key, Mat<T> P,
+                                           SoftmaxRows<T> st) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+    const std::int64_t last = row_last_key(i);
+    const int visible = int(max_of(std::int64_t(0), min_of(std::int64_t(keys), last - first_key + 1)));
+    T tile_max = negative_infinity<T>();
+    for (int j = 0; j < visible; ++j) tile_max = max_of(tile_max, P(i, j));
+    const T old_max = st.max[i];
+    const T new_max = max_of(old_max, tile_max);
+    // A row that has seen no key yet keeps max = -inf; avoid exp(-inf - -inf).
+    const bool empty = new_max == negative_infinity<T>();
+    T sum = 0;
+    for (int j = 0; j < keys; ++j) {
+      const T p = (j < visible && !empty) ? Impl::exp(P(i, j) - new_max) : T(0);
+      P(i, j) = p;
+      sum += p;
+    }
+    const T rescale = empty ? T(1) : Impl::exp(old_max - new_max);
+    st.rescale[i] = rescale;
+    st.sum[i] = st.sum[i] * rescale + sum;
+    st.max[i] = new_max;
+  });
+  team.team_barrier();
+}
+
+/// O(i, :) /= sum[i]; ends with a barrier.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void softmax_normalize(const Member& team, int rows, int cols, Mat<T> O,
+                                              SoftmaxRows<T> st) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
+    const int i = e / cols, j = e % cols;
+    O(i, j) = O(i, j) / st.sum[i];
+  });
+  team.team_barrier();
+}
+
+/// Lays out one team's scratch as consecutive arrays, each aligned to 16
+/// bytes: the same offsets size the buffer on the host and carve it on the device.
+template <class T>
+struct ScratchLayout {
+  std::size_t used = 0;
+  KOKKOS_INLINE_FUNCTION std::size_t take(std::size_t n) {
+    constexpr std::size_t per16 = 16 / sizeof(T) > 0 ? 16 / sizeof(T) : 1;
+    const std::size_t at = used;
+    used += (n + per16 - 1) / per16 * per16;
+    return at;
+  }
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

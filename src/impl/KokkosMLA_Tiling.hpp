@@ -1,0 +1,118 @@
+#ifndef KOKKOSMLA_TILING_HPP
+#define KOKKOSMLA_TILING_HPP
+// Tile sizes per kernel, fitted to the backend's team scratch limits: the
+// preferred tiles shrink until they fit level 0; when even small tiles do not,
+// the preferred tiles go to level 1 (global memory on GPUs).
+
+#include <KokkosMLA_Attention.hpp>
+
+#include "KokkosMLA_FlashKernel.hpp"
+#include "KokkosMLA_LatentKernels.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// What a backend offers a team.
+struct Backend {
+  bool host = true;
+  int concurrency = 1;
+  std::size_t scratch_max[2] = {0, 0};
+  int team_size = 1;  ///< threads per team we ask for (clamped at launch)
+};
+
+template <class ExecSpace>
+Backend backend_of(const ExecSpace& exec) {
+  Backend b;
+  b.host = is_host_space<ExecSpace>();
+  b.concurrency = exec.concurrency();
+  Kokkos::TeamPolicy<ExecSpace> policy(exec, 1, 1);
+  b.scratch_max[0] = std::size_t(policy.scratch_size_max(0));
+  b.scratch_max[1] = std::size_t(policy.scratch_size_max(1));
+  // Host teams are one thread (teams map to cores); GPU teams a few warps.
+  b.team_size = b.host ? 1 : 128;
+  return b;
+}
+
+template <class Tiles>
+struct Fitted {
+  Tiles tiles;
+  int level = 0;
+  std::size_t bytes = 0;
+};
+
+/// Halves one tile dimension at a time (shrink returns false when none can
+/// shrink) until bytes(tiles) fits level 0; otherwise uses level 1.
+template <class Tiles, class Bytes, class Shrink>
+Fitted<Tiles> fit(const Tiles& preferred, const Backend& be, Bytes bytes, Shrink shrink,
+                  const char* kernel) {
+  Tiles t = preferred;
+  while (bytes(t) > be.scratch_max[0] && shrink(t)) {
+  }
+  if (bytes(t) <= be.scratch_max[0]) return {t, 0, bytes(t)};
+  t = preferred;
+  while (bytes(t) > be.scratch_max[1] && shrink(t)) {
+  }
+  if (bytes(t) <= be.scratch_max[1]) return {t, 1, bytes(t)};
+  throw std::invalid_argument(std::string("KokkosMLA: the ") + kernel + " kernel needs " +
+                              std::to_string(bytes(t)) + " bytes of team scratch, more than the " +
+                              std::to_string(be.scratch_max[1]) + " this backend allows");
+}
+
+inline int halve(int x, int floor) { return x / 2 >= floor ? x / 2 : x; }
+inline int clamp_tile(std::int64_t extent, int preferred) {
+  return int(extent < preferred ? extent : preferred);
+}
+
+template <class ExecSpace, class T>
+Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
+  const int pref = be.host ? 64 : 32;
+  FlashTiles t{clamp_tile(s.queries, pref), clamp_tile(s.keys, pref)};
+  auto bytes = [&](const FlashTiles& x) {
+    return FlashAttentionKernel<ExecSpace, T>::scratch_bytes(x, s.head_dim);
+  };
+  auto shrink = [](FlashTiles& x) {
+    int& larger = x.key_tile >= x.query_tile ? x.key_tile : x.query_tile;
+    if (larger == 1) return false;
+    larger /= 2;
+    return true;
+  };
+  return fit(t, be, bytes, shrink, "flash attention");
+}
+
+template <class ExecSpace, class T, LatentStep Step>
+Fitted<LatentTiles> latent_tiles(const Shape& s, const Backend& be) {
+  LatentTiles t;
+  t.tokens = clamp_tile(s.queries, be.host ? 16 : 8);
+  t.heads = clamp_tile(s.heads, be.host ? 4 : (32 + t.tokens - 1) / t.tokens);
+  t.key_tile = clamp_tile(s.keys, be.host ? 64 : 32);
+  t.weight_chunk = clamp_tile(s.latent_dim, be.host ? 64 : 32);
+  auto bytes = [&](const LatentTiles& x) {
+    return LatentKernel<ExecSpace, T, Step>::scratch_bytes(x, s.head_dim, s.latent_dim);
+  };
+  // Staged tiles shrink first (to 8), then the row block, then the tiles to 1.
+  auto shrink = [](LatentTiles& x) {
+    const LatentTiles old = x;
+    if (x.key_tile > 8 || x.weight_chunk > 8) {
+      x.key_tile = halve(x.key_tile, 8);
+      x.weight_chunk = halve(x.weight_chunk, 8);
+    } else if (x.heads > 1) {
+      x.heads = halve(x.heads, 1);
+    } else if (x.tokens > 1) {
+      x.tokens = halve(x.tokens, 1);
+    } else {
+      x.key_tile = halve(x.key_tile, 1);
+      x.weight_chunk = halve(x.weight_chunk, 1);
+    }
+    return x.key_tile != old.key_tile || x.weight_chunk != old.weight_chunk ||
+           x.heads != old.heads || x.tokens != old.tokens;
+  };
+  return fit(t, be, bytes, shrink, "latent attention");
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,147 @@
+#ifndef KOKKOSMLA_TEST_REFERENCE_HPP
+#define KOKKOSMLA_TEST_REFERENCE_HPP
+// Host double-precision reference and random problems for the unit tests.
+
+#include <KokkosMLA.hpp>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace KokkosMLA {
+namespace Test {
+
+using Space = Kokkos::DefaultExecutionSpace;
+
+template <class T, class... Traits>
+using View4 = Kokkos::View<T****, Kokkos::LayoutRight, Space, Traits...>;
+template <class T, class... Traits>
+using View3 = Kokkos::View<T***, Kokkos::LayoutRight, Space, Traits...>;
+
+/// A problem with random inputs on the device and double copies on the host.
+template <class T>
+struct Problem {
+  Shape shape;
+  View4<T> q, out;
+  View3<T> latent, w_uk, w_uv;
+
+  Problem(const Shape& s, std::uint64_t seed, double q_scale = 1.0) : shape(s) {
+    q = View4<T>("q", s.batch, s.queries, s.heads, s.head_dim);
+    out = View4<T>("out", s.batch, s.queries, s.heads, s.head_dim);
+    latent = View3<T>("latent", s.batch, s.keys, s.latent_dim);
+    w_uk = View3<T>("w_uk", s.latent_dim, s.heads, s.head_dim);
+    w_uv = View3<T>("w_uv", s.latent_dim, s.heads, s.head_dim);
+    std::mt19937_64 rng(seed);
+    const double w = 1.0 / std::sqrt(double(s.latent_dim));
+    fill(q, rng, q_scale);
+    fill(latent, rng, 1.0);
+    fill(w_uk, rng, w);
+    fill(w_uv, rng, w);
+    poison(out);
+  }
+
+  /// Uniform in [-scale, scale): never zeros or ones.
+  template <class V>
+  static void fill(const V& v, std::mt19937_64& rng, double scale) {
+    auto h = Kokkos::create_mirror_view(v);
+    std::uniform_real_distribution<double> u(-scale, scale);
+    T* p = h.data();
+    for (std::size_t i = 0; i < h.span(); ++i) p[i] = T(u(rng));
+    Kokkos::deep_copy(v, h);
+  }
+
+  /// NaN everywhere, so that an unwritten element fails every comparison.
+  template <class V>
+  static void poison(const V& v) {
+    Kokkos::deep_copy(v, T(std::nan("")));
+  }
+
+  template <class V>
+  static std::vector<double> host_copy(const V& v) {
+    auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+    return std::vector<double>(h.data(), h.data() + h.span());
+  }
+};
+
+/// out (B, T, H, D) in double, computed the plain way: decompress K and V, then
+/// a two-pass softmax per query.
+template <class T>
+std::vector<double> reference(const Problem<T>& p, const Options& opt = {}) {
+  const Shape& s = p.shape;
+  const auto q = Problem<T>::host_copy(p.q), lat = Problem<T>::host_copy(p.latent);
+  const auto wk = Problem<T>::host_copy(p.w_uk), wv = Problem<T>::host_copy(p.w_uv);
+  const std::int64_t B = s.batch, Tq = s.queries, S = s.keys, H = s.heads, D = s.head_dim,
+                     R = s.latent_dim;
+  const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D));
+  std::vector<double> k(B * S * H * D, 0.0), v(B * S * H * D, 0.0);
+  for (std::int64_t bs = 0; bs < B * S; ++bs)
+    for (std::int64_t r = 0; r < R; ++r) {
+      const double l = lat[bs * R + r];
+      for (std::int64_t hd = 0; hd < H * D; ++hd) {
+        k[bs * H * D + hd] += l * wk[r * H * D + hd];
+        v[bs * H * D + hd] += l * wv[r * H * D + hd];
+      }
+    }
+  std::vector<double> out(B * Tq * H * D, 0.0), logits(S);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t t = 0; t < Tq; ++t)
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t last = opt.causal ? S - Tq + t : S - 1;
+        const double* qr = &q[((b * Tq + t) * H + h) * D];
+        double mx = -INFINITY;
+        for (std::int64_t j = 0; j <= last; ++j) {
+          const double* kr = &k[((b * S + j) * H + h) * D];
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += qr[d] * kr[d];
+          logits[j] = scale * dot;
+          mx = std::max(mx, logits[j]);
+        }
+        double sum = 0;
+        for (std::int64_t j = 0; j <= last; ++j) sum += (logits[j] = std::exp(logits[j] - mx));
+        double* o = &out[((b * Tq + t) * H + h) * D];
+        for (std::int64_t j = 0; j <= last; ++j) {
+          const double* vr = &v[((b * S + j) * H + h) * D];
+          for (std::int64_t d = 0; d < D; ++d) o[d] += logits[j] / sum * vr[d];
+        }
+      }
+  return out;
+}
+
+template <class T>
+constexpr double tolerance() {
+  return sizeof(T) == 4 ? 2e-5 : 1e-13;
+}
+
+/// Asserts |got - want| <= tol * max(1, max |want|) everywhere; prints the worst element.
+inline ::testing::AssertionResult close(const std::vector<double>& got, const std::vector<double>& want,
+                                        double tol, const Shape& s) {
+  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
+  double peak = 1;
+  for (double w : want) peak = std::max(peak, std::abs(w));
+  std::size_t worst = 0;
+  double worst_err = -1;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const double e = std::isfinite(got[i]) ? std::abs(got[i] - want[i]) : INFINITY;
+    if (e > worst_err) worst_err = e, worst = i;
+  }
+  if (worst_err <= tol * peak) return ::testing::AssertionSuccess();
+  const std::int64_t D = s.head_dim, H = s.heads, T = s.queries;
+  std::int64_t i = std::int64_t(worst);
+  const std::int64_t d = i % D, h = (i / D) % H, t = (i / (D * H)) % T, b = i / (D * H * T);
+  std::ostringstream o;
+  o.precision(10);
+  o << "worst element out(" << b << ", " << t << ", " << h << ", " << d << ") = " << got[worst]
+    << ", reference " << want[worst] << ", error " << worst_err << " > " << tol << " * " << peak
+    << " for " << to_string(s);
+  return ::testing::AssertionFailure() << o.str();
+}
+
+}  // namespace Test
+}  // namespace KokkosMLA
+
+#endif

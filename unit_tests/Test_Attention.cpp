@@ -1,0 +1,178 @@
+// Every algorithm against the double reference on many shapes, both scalar types.
+
+#include "Reference.hpp"
+
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+enum class Scalar { Float, Double };
+
+struct Case {
+  Shape shape;
+  Algorithm algorithm;
+  Scalar scalar;
+};
+
+// (B, T, S, H, D, R): the original example, sizes of 1, primes, sizes just off
+// tile multiples, S > T (queries at the end of the keys), R * D beyond level-0
+// scratch, many heads, large B * T * H.
+const Shape kShapes[] = {
+    {2, 32, 32, 4, 16, 24},   {1, 1, 1, 1, 1, 1},       {1, 1, 1, 3, 8, 8},
+    {1, 1, 17, 4, 8, 8},      {2, 5, 9, 2, 4, 3},       {1, 8, 8, 2, 1, 8},
+    {1, 8, 8, 2, 8, 1},       {1, 37, 37, 3, 7, 29},    {3, 13, 13, 5, 11, 17},
+    {1, 64, 64, 2, 16, 32},   {1, 65, 65, 2, 16, 32},   {1, 63, 63, 2, 16, 32},
+    {2, 100, 100, 3, 8, 12},  {1, 129, 129, 1, 4, 4},   {1, 16, 16, 3, 64, 257},
+    {1, 20, 20, 2, 130, 70},  {1, 9, 9, 2, 40, 520},    {4, 33, 33, 16, 8, 16},
+    {1, 31, 31, 33, 4, 8},    {2, 1, 1, 7, 5, 3},       {1, 3, 200, 2, 8, 16},
+    {1, 200, 200, 1, 2, 2},   {5, 7, 7, 3, 3, 5},       {1, 47, 47, 4, 32, 64},
+    {2, 24, 24, 6, 24, 48},   {1, 2, 2, 2, 2, 2},       {1, 11, 11, 1, 97, 13},
+    {1, 5, 5, 2, 3, 300},     {3, 19, 23, 4, 6, 10},    {1, 256, 256, 2, 8, 8},
+    {1, 12, 12, 2, 16, 1031}, {16, 64, 64, 32, 4, 4},
+};
+
+std::string name_of(const ::testing::TestParamInfo<Case>& info) {
+  const Shape& s = info.param.shape;
+  std::ostringstream o;
+  o << to_string(info.param.algorithm) << (info.param.scalar == Scalar::Float ? "_float" : "_double")
+    << "_B" << s.batch << "T" << s.queries << "S" << s.keys << "H" << s.heads << "D" << s.head_dim
+    << "R" << s.latent_dim;
+  return o.str();
+}
+
+template <class T>
+void check_against_reference(const Shape& s, const Options& opt, std::uint64_t seed) {
+  Problem<T> p(s, seed);
+  attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+  Kokkos::fence();
+  EXPECT_TRUE(close(Problem<T>::host_copy(p.out), reference(p, opt), tolerance<T>(), s))
+      << "algorithm " << to_string(choose_algorithm<T>(Space(), s, opt));
+}
+
+class AttentionShapes : public ::testing::TestWithParam<Case> {};
+
+TEST_P(AttentionShapes, MatchesReference) {
+  const Case& c = GetParam();
+  Options opt;
+  opt.algorithm = c.algorithm;
+  if (c.scalar == Scalar::Float)
+    check_against_reference<float>(c.shape, opt, 42);
+  else
+    check_against_reference<double>(c.shape, opt, 42);
+}
+
+std::vector<Case> all_cases() {
+  std::vector<Case> cases;
+  for (const Shape& s : kShapes)
+    for (Algorithm a : {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed, Algorithm::Auto})
+      for (Scalar t : {Scalar::Float, Scalar::Double}) cases.push_back({s, a, t});
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes, ::testing::ValuesIn(all_cases()), name_of);
+
+template <class T>
+class AttentionTyped : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(AttentionTyped, Scalars);
+
+constexpr Algorithm kAlgorithms[] = {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed};
+
+TYPED_TEST(AttentionTyped, NonCausalAndCustomScale) {
+  for (Algorithm a : kAlgorithms)
+    for (const Shape& s : {Shape{2, 17, 17, 3, 8, 12}, Shape{1, 5, 40, 2, 16, 33}}) {
+      Options opt;
+      opt.algorithm = a;
+      opt.causal = false;
+      opt.scale = 0.37;
+      check_against_reference<TypeParam>(s, opt, 7);
+    }
+}
+
+// Logits of magnitude ~1e4 overflow a naive exp; the online softmax must not.
+TYPED_TEST(AttentionTyped, HugeLogitsStayFinite) {
+  const Shape s{2, 29, 29, 3, 8, 16};
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    opt.scale = 3e3;
+    Problem<TypeParam> p(s, 11, 4.0);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    const auto got = Problem<TypeParam>::host_copy(p.out);
+    const auto want = reference(p, opt);
+    double peak_logit = 0;  // confirm the test reaches the regime it claims
+    {
+      const auto q = Problem<TypeParam>::host_copy(p.q);
+      for (double x : q) peak_logit = std::max(peak_logit, std::abs(x));
+    }
+    EXPECT_GT(peak_logit * 3e3, 1e4 / 4);
+    for (double x : got) ASSERT_TRUE(std::isfinite(x)) << to_string(a);
+    // Near one-hot softmax: float rounding of the logits moves weights by ~1e-3.
+    EXPECT_TRUE(close(got, want, sizeof(TypeParam) == 4 ? 2e-2 : 1e-9, s)) << to_string(a);
+  }
+}
+
+// Changing latents at positions after t leaves out[..., t, ...] bit-identical.
+TYPED_TEST(AttentionTyped, CausalityIsExact) {
+  const Shape s{2, 40, 45, 3, 8, 12};
+  const std::int64_t cut = 20;  // queries t <= cut see keys <= 5 + cut
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    Problem<TypeParam> p(s, 5);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    const auto before = Problem<TypeParam>::host_copy(p.out);
+    auto lat = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), p.latent);
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (std::int64_t j = s.keys - s.queries + cut + 1; j < s.keys; ++j)
+        for (std::int64_t r = 0; r < s.latent_dim; ++r) lat(b, j, r) = TypeParam(100 + j + r);
+    Kokkos::deep_copy(p.latent, lat);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    const auto after = Problem<TypeParam>::host_copy(p.out);
+    const std::int64_t row = s.heads * s.head_dim;
+    std::int64_t changed_later = 0;
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (std::int64_t t = 0; t < s.queries; ++t)
+        for (std::int64_t e = 0; e < row; ++e) {
+          const std::size_t i = std::size_t((b * s.queries + t) * row + e);
+          if (t <= cut)
+            ASSERT_EQ(before[i], after[i]) << to_string(a) << " b=" << b << " t=" << t;
+          else
+            changed_later += before[i] != after[i];
+        }
+    EXPECT_GT(changed_later, 0) << "the edit must reach the later queries";
+  }
+}
+
+TYPED_TEST(AttentionTyped, AlgorithmsAgree) {
+  const Shape s{2, 50, 50, 5, 12, 20};
+  Problem<TypeParam> p(s, 3);
+  std::vector<std::vector<double>> outs;
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    Problem<TypeParam>::poison(p.out);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    outs.push_back(Problem<TypeParam>::host_copy(p.out));
+  }
+  EXPECT_TRUE(close(outs[1], outs[0], 2 * tolerance<TypeParam>(), s));
+  EXPECT_TRUE(close(outs[2], outs[0], 2 * tolerance<TypeParam>(), s));
+}
+
+TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
+  const Shape s{2, 33, 33, 4, 8, 24};
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    Problem<TypeParam> p(s, 9);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    const auto first = Problem<TypeParam>::host_copy(p.out);
+    Problem<TypeParam>::poison(p.out);
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    EXPECT_EQ(first, Problem<TypeParam>::host_copy(p.out)) << to_string(a);
+  }
+}
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA

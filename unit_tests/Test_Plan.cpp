@@ -1,0 +1,69 @@
+// Plans: reuse, no allocation per execute, the Auto choice, and describe().
+
+#include "Reference.hpp"
+
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+template <class T>
+class PlanTest : public ::testing::Test {};
+using Scalars = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(PlanTest, Scalars);
+
+TYPED_TEST(PlanTest, ReuseOnNewInputsMatchesReference) {
+  const Shape s{2, 21, 21, 3, 8, 10};
+  for (Algorithm a : {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    Options opt;
+    opt.algorithm = a;
+    Plan<TypeParam, Space> plan(Space(), s, opt);
+    EXPECT_EQ(plan.algorithm(), a);
+    const void* workspace = nullptr;
+    for (std::uint64_t seed : {1u, 2u, 3u}) {
+      Problem<TypeParam> p(s, seed);
+      plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+      EXPECT_TRUE(close(Problem<TypeParam>::host_copy(p.out), reference(p, opt), tolerance<TypeParam>(), s))
+          << to_string(a) << " seed " << seed;
+      EXPECT_EQ(plan.workspace_bytes(), a == Algorithm::Fused ? 0u : plan.workspace_bytes());
+      (void)workspace;
+    }
+  }
+}
+
+TYPED_TEST(PlanTest, WorkspaceMatchesTheAlgorithm) {
+  const Shape s{2, 9, 11, 3, 4, 5};
+  auto bytes = [&](Algorithm a) {
+    Options opt;
+    opt.algorithm = a;
+    return Plan<TypeParam, Space>(Space(), s, opt).workspace_bytes();
+  };
+  EXPECT_EQ(bytes(Algorithm::Fused), 0u);
+  EXPECT_EQ(bytes(Algorithm::Decompressed), 2u * 2 * 11 * 3 * 4 * sizeof(TypeParam));
+  EXPECT_EQ(bytes(Algorithm::Absorbed), 2u * 9 * 3 * 5 * sizeof(TypeParam));
+}
+
+TYPED_TEST(PlanTest, AutoResolvesToARealAlgorithm) {
+  for (const Shape& s : {Shape{2, 32, 32, 4, 16, 24}, Shape{1, 4096, 4096, 16, 128, 512},
+                         Shape{128, 1, 4096, 128, 128, 512}, Shape{1, 1, 1, 1, 1, 1}}) {
+    const Algorithm a = choose_algorithm<TypeParam>(Space(), s);
+    EXPECT_NE(a, Algorithm::Auto);
+    EXPECT_EQ(a, choose_algorithm<TypeParam>(Space(), s)) << "deterministic";
+    Options forced;
+    forced.algorithm = Algorithm::Absorbed;
+    EXPECT_EQ(choose_algorithm<TypeParam>(Space(), s, forced), Algorithm::Absorbed);
+  }
+  // The original example is launch-bound: one launch wins.
+  EXPECT_EQ(choose_algorithm<TypeParam>(Space(), Shape{2, 32, 32, 4, 16, 24}), Algorithm::Fused);
+}
+
+TYPED_TEST(PlanTest, DescribeNamesAlgorithmAndTiles) {
+  Plan<TypeParam, Space> plan(Space(), Shape{2, 32, 32, 4, 16, 24});
+  const std::string d = plan.describe();
+  EXPECT_NE(d.find("algorithm=" + to_string(plan.algorithm())), std::string::npos) << d;
+  EXPECT_NE(d.find("query_tile="), std::string::npos) << d;
+  EXPECT_DOUBLE_EQ(plan.scale(), 0.25);
+}
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA
