@@ -138,6 +138,8 @@ void run(benchmark::State& state, Shape s, Algorithm algorithm) {
   state.counters["GFLOP"] = benchmark::Counter(flops.decompressed * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["batch"] = batch;
+  state.counters["workspace_MB"] = double(plan.workspace_bytes()) * 1e-6;
+  state.counters["inputs_MB"] = bytes * 1e-6;
   state.counters["relerr"] = s.queries <= 8192 ? relative_error(s, in) : std::nan("");
   state.SetLabel(to_string(plan.algorithm()) + (algorithm == Algorithm::Auto ? " (auto)" : ""));
 }

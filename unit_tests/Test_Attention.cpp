@@ -31,6 +31,10 @@ const Shape kShapes[] = {
     {1, 12, 12, 2, 16, 1031}, {16, 64, 64, 32, 4, 4},
 };
 
+void PrintTo(const Case& c, std::ostream* os) {
+  *os << to_string(c.algorithm) << (c.scalar == Scalar::Float ? " float " : " double ") << to_string(c.shape);
+}
+
 std::string name_of(const ::testing::TestParamInfo<Case>& info) {
   const Shape& s = info.param.shape;
   std::ostringstream o;
