@@ -6,6 +6,7 @@
 #include <Kokkos_Core.hpp>
 #include <KokkosBlas3_gemm.hpp>
 
+#include <array>
 #include <cmath>
 #include <limits>
 
@@ -39,6 +40,17 @@ KOKKOS_INLINE_FUNCTION constexpr T negative_infinity() {
 template <class ExecSpace>
 constexpr bool is_host_space() {
   return Kokkos::SpaceAccessibility<ExecSpace, Kokkos::HostSpace>::accessible;
+}
+
+/// Two instances of exec's space that may run concurrently (CUDA streams,
+/// OpenMP thread partitions); before Kokkos 4, two handles on exec itself.
+template <class ExecSpace>
+std::array<ExecSpace, 2> two_instances(const ExecSpace& exec) {
+#if KOKKOS_VERSION >= 40000
+  return Kokkos::Experimental::partition_space(exec, 1, 1);
+#else
+  return {exec, exec};
+#endif
 }
 
 /// C = A * B on exec's stream. Kokkos Kernels 4 takes the instance; older
