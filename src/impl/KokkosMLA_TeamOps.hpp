@@ -37,48 +37,58 @@ struct TransposedB {
   KOKKOS_INLINE_FUNCTION T operator()(int k, int j) const { return ptr[j * ld + k]; }
 };
 
-/// Per-thread register block of the team product.
-constexpr int kMicroRows = 4;
-constexpr int kMicroCols = 4;
-
 /// C(i, j) = (accumulate ? row_scale[i] * C(i, j) : 0) + alpha * sum_k A(i, k) B(k, j)
-/// for an M x N block, split among the team's threads in 4x4 register blocks.
+/// for an M x N block, split among the team's threads in MR x NR register blocks.
 /// A thread owns rows ti + m * mt and columns tj + n * nt (strided, not
 /// contiguous) so that neighbouring threads touch neighbouring rows/columns:
 /// that keeps scratch accesses free of bank conflicts. row_scale may be null.
-/// Ends with a team barrier.
-template <class Member, class T, class BAccess>
-KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T alpha,
-                                      Mat<const T> A, BAccess B, Mat<T> C, const T* row_scale,
-                                      bool accumulate) {
-  const int mt = (M + kMicroRows - 1) / kMicroRows;
-  const int nt = (N + kMicroCols - 1) / kMicroCols;
+template <int MR, int NR, class Member, class T, class BAccess>
+KOKKOS_INLINE_FUNCTION void team_gemm_blocked(const Member& team, int M, int N, int K, T alpha,
+                                              Mat<const T> A, BAccess B, Mat<T> C, const T* row_scale,
+                                              bool accumulate) {
+  const int mt = (M + MR - 1) / MR;
+  const int nt = (N + NR - 1) / NR;
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, mt * nt), [&](const int tile) {
     const int ti = tile / nt;
     const int tj = tile % nt;
-    int rows[kMicroRows], cols[kMicroCols];
+    int rows[MR], cols[NR];
     // Out-of-range rows/columns read a valid element and are never stored.
-    for (int m = 0; m < kMicroRows; ++m) rows[m] = min_of(ti + m * mt, M - 1);
-    for (int n = 0; n < kMicroCols; ++n) cols[n] = min_of(tj + n * nt, N - 1);
-    T acc[kMicroRows][kMicroCols] = {};
+    for (int m = 0; m < MR; ++m) rows[m] = min_of(ti + m * mt, M - 1);
+    for (int n = 0; n < NR; ++n) cols[n] = min_of(tj + n * nt, N - 1);
+    T acc[MR][NR] = {};
     for (int k = 0; k < K; ++k) {
-      T a[kMicroRows], b[kMicroCols];
-      for (int m = 0; m < kMicroRows; ++m) a[m] = A(rows[m], k);
-      for (int n = 0; n < kMicroCols; ++n) b[n] = B(k, cols[n]);
-      for (int m = 0; m < kMicroRows; ++m)
-        for (int n = 0; n < kMicroCols; ++n) acc[m][n] += a[m] * b[n];
+      T a[MR], b[NR];
+      for (int m = 0; m < MR; ++m) a[m] = A(rows[m], k);
+      for (int n = 0; n < NR; ++n) b[n] = B(k, cols[n]);
+      for (int m = 0; m < MR; ++m)
+        for (int n = 0; n < NR; ++n) acc[m][n] += a[m] * b[n];
     }
-    for (int m = 0; m < kMicroRows; ++m) {
+    for (int m = 0; m < MR; ++m) {
       const int i = ti + m * mt;
       if (i >= M) break;
       const T keep = accumulate ? (row_scale ? row_scale[i] : T(1)) : T(0);
-      for (int n = 0; n < kMicroCols; ++n) {
+      for (int n = 0; n < NR; ++n) {
         const int j = tj + n * nt;
         if (j >= N) break;
         C(i, j) = (accumulate ? keep * C(i, j) : T(0)) + alpha * acc[m][n];
       }
     }
   });
+}
+
+/// The team product with the largest register block (4x4, 2x2 or 1x1) that
+/// still gives every thread of the team work. Ends with a team barrier.
+template <class Member, class T, class BAccess>
+KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T alpha,
+                                      Mat<const T> A, BAccess B, Mat<T> C, const T* row_scale,
+                                      bool accumulate) {
+  const int threads = team.team_size();
+  if (((M + 3) / 4) * ((N + 3) / 4) >= threads)
+    team_gemm_blocked<4, 4>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
+  else if (((M + 1) / 2) * ((N + 1) / 2) >= threads)
+    team_gemm_blocked<2, 2>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
+  else
+    team_gemm_blocked<1, 1>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
   team.team_barrier();
 }
 
