@@ -22,7 +22,7 @@ struct LatentTiles {
   int heads = 1;         ///< heads per team
   int key_tile = 1;      ///< latent rows staged per step
   int weight_chunk = 1;  ///< rows of w_uk / w_uv staged per step
-  int rows() const { return tokens * heads; }
+  KOKKOS_INLINE_FUNCTION int rows() const { return tokens * heads; }
 };
 
 /// Which steps a kernel runs, and so which scratch arrays it needs.
