@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# One campaign on a GPU machine with PyTorch: the unit tests on CUDA, the
+# benchmark beside PyTorch on the GPU, and the OpenMP build beside PyTorch's CPU
+# path. Writes results.jsonl and logs into RESULTS_DIR.
+#   perf_tests/gpu_campaign.sh CUDA_BUILD_BIN OMP_BUILD_BIN RESULTS_DIR [gpu-filter] [cpu-filter]
+# where *_BIN hold kokkosmla_unit_tests and kokkosmla_perf_tests of each build.
+set -uo pipefail
+cuda=$1 omp=$2 out=$3
+gpu_filter=${4:-'B2_T32|B4_T1024|B1_T4096'}
+cpu_filter=${5:-'B4_T1024|B1_T4096_H16'}
+here=$(dirname "$0")
+mkdir -p "$out"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee "$out/gpu.txt"
+timeout 240 "$cuda/kokkosmla_unit_tests" --gtest_brief=1 2>&1 | tail -n 25 | tee "$out/unit_cuda.log"
+PYTHONUNBUFFERED=1 timeout 300 python3 "$here/compare_torch.py" --bench "$cuda/kokkosmla_perf_tests" --backend cuda \
+  --filter "$gpu_filter" --repetitions 3 --out "$out/results.jsonl" 2>&1 | tee "$out/gpu_bench.log"
+export OMP_NUM_THREADS=$(nproc) OMP_PROC_BIND=spread OMP_PLACES=threads
+PYTHONUNBUFFERED=1 timeout 200 python3 "$here/compare_torch.py" --bench "$omp/kokkosmla_perf_tests" --backend openmp \
+  --torch-device cpu --threads "$OMP_NUM_THREADS" --cpu-runs 3 --filter "$cpu_filter" --algorithms 'Auto|Decompressed' \
+  --repetitions 2 --append --out "$out/results.jsonl" 2>&1 | tee "$out/cpu_bench.log"
