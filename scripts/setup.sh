@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Installs what KokkosMLA needs on Debian 12 / Ubuntu (CPU, Serial backend):
 # Kokkos and Kokkos Kernels (Trilinos build), OpenBLAS, GoogleTest, Google
-# Benchmark, CMake and a compiler. Installs only what is missing; safe to rerun.
+# Benchmark, CMake and C++/Fortran compilers. Installs only what is missing; safe to rerun.
 set -euo pipefail
-packages=(build-essential cmake ninja-build git
+packages=(build-essential gfortran cmake ninja-build git
           libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
           libopenblas-dev libgtest-dev libbenchmark-dev)
 missing=()

@@ -180,8 +180,11 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
       const ConstMatrix lat(latent.data(), rows, s.latent_dim);
       const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
+      // Kokkos Kernels names its own kernels; the region tells tools they belong to this library.
+      Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
       Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
       Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
+      Kokkos::Profiling::popRegion();
       FlashAttentionKernel<ExecSpace, Scalar> f{q.data(), k.data(), v.data(), out.data(), s.batch,
                                                 s.queries, s.keys, s.heads, s.head_dim,
                                                 FlashTiles{config_.query_tile, config_.key_tile},

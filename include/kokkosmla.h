@@ -1,0 +1,158 @@
+#ifndef KOKKOSMLA_H
+#define KOKKOSMLA_H
+/*
+ * C interface to KokkosMLA (C99 and later, and C++).
+ *
+ * Computes the same causal multi-head latent attention as KokkosMLA::attention
+ * on raw pointers to row-major (C order) arrays:
+ *
+ *   q       (B, T, H, D)   queries
+ *   latent  (B, S, R)      key/value latent, S >= T
+ *   w_uk    (R, H, D)      key up-projection
+ *   w_uv    (R, H, D)      value up-projection
+ *   out     (B, T, H, D)   result; must not overlap an input
+ *
+ * Memory: every array pointer must point to memory of Kokkos' default memory
+ * space (device memory on a CUDA build, host memory on a Serial or OpenMP
+ * build). kokkosmla_malloc, kokkosmla_free, kokkosmla_copy_to_device and
+ * kokkosmla_copy_to_host handle such memory the same way on every build;
+ * kokkosmla_host_memory_is_accessible() says whether ordinary host pointers
+ * may be passed directly.
+ *
+ * Synchronisation: every function has finished its work on the device when it
+ * returns: results may be read at once.
+ *
+ * Errors: functions return a kokkosmla_status (KOKKOSMLA_SUCCESS = 0). On
+ * failure, kokkosmla_last_error() describes it, naming the function and the
+ * argument. A call that fails with KOKKOSMLA_ERROR_INVALID_ARGUMENT or
+ * KOKKOSMLA_ERROR_NOT_INITIALIZED has launched nothing and left out untouched.
+ *
+ * Initialisation:
+ *   - If the application has already called Kokkos::initialize, the library
+ *     uses that Kokkos; kokkosmla_initialize and kokkosmla_finalize only count
+ *     and never finalize it. The application finalizes Kokkos itself, after
+ *     destroying every plan and freeing every kokkosmla_malloc allocation.
+ *   - Otherwise kokkosmla_initialize initializes Kokkos (settings from the
+ *     KOKKOS_* environment variables), and the kokkosmla_finalize that matches
+ *     the first kokkosmla_initialize finalizes it.
+ *   - Calls nest: each successful kokkosmla_initialize is matched by one
+ *     kokkosmla_finalize; only the outermost one acts. A kokkosmla_finalize
+ *     without a matching kokkosmla_initialize does nothing.
+ *   - Before finalizing Kokkos, kokkosmla_finalize checks that every plan has
+ *     been destroyed and every kokkosmla_malloc allocation freed; if not it
+ *     returns KOKKOSMLA_ERROR_INVALID_ARGUMENT and finalizes nothing.
+ *   - Kokkos cannot be initialized twice in one process: kokkosmla_initialize
+ *     after Kokkos has been finalized returns KOKKOSMLA_ERROR_NOT_INITIALIZED
+ *     (when the finalization went through this library; calling it after the
+ *     application finalized Kokkos itself is not supported).
+ *   - Every other function returns KOKKOSMLA_ERROR_NOT_INITIALIZED while
+ *     Kokkos is not initialized.
+ *   - Initialisation and finalisation must not run concurrently with other
+ *     calls of this library.
+ */
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* What every function returns. */
+typedef enum kokkosmla_status {
+  KOKKOSMLA_SUCCESS = 0,
+  KOKKOSMLA_ERROR_INVALID_ARGUMENT = 1, /* bad pointer, extent, option, or misuse of the lifecycle */
+  KOKKOSMLA_ERROR_NOT_INITIALIZED = 2,  /* Kokkos is not initialized (see above) */
+  KOKKOSMLA_ERROR_INTERNAL = 3          /* anything else: allocation failure, backend error */
+} kokkosmla_status;
+
+/* The values of KokkosMLA::Algorithm. */
+typedef enum kokkosmla_algorithm {
+  KOKKOSMLA_AUTO = 0,         /* a cost model picks one of the three below */
+  KOKKOSMLA_FUSED = 1,        /* one launch over the latent */
+  KOKKOSMLA_DECOMPRESSED = 2, /* K and V by two GEMMs, then flash attention */
+  KOKKOSMLA_ABSORBED = 3      /* the Fused steps as three launches through a workspace */
+} kokkosmla_algorithm;
+
+typedef struct kokkosmla_options {
+  /* Softmax scale. 0 means the default 1/sqrt(D); any other value must be
+     finite (NaN and infinities are rejected). */
+  double scale;
+  /* Nonzero: query t attends to key positions <= S - T + t. Zero: to all S keys. */
+  int causal;
+  /* A kokkosmla_algorithm value. */
+  int algorithm;
+} kokkosmla_options;
+
+/* scale = 0 (1/sqrt(D)), causal = 1, algorithm = KOKKOSMLA_AUTO. A NULL options
+   pointer means the same. */
+kokkosmla_options kokkosmla_options_default(void);
+
+/* Lifecycle: see "Initialisation" above. */
+int kokkosmla_initialize(void);
+int kokkosmla_finalize(void);
+/* 1 while Kokkos is initialized (by the application or by kokkosmla_initialize), else 0. */
+int kokkosmla_is_initialized(void);
+
+/* The message of the latest failed call on this thread (a NULL from
+   kokkosmla_malloc counts as failed), or "" once a later call has succeeded.
+   Functions without a status (kokkosmla_options_default, kokkosmla_is_initialized,
+   kokkosmla_host_memory_is_accessible, kokkosmla_last_error) leave it as it is.
+   Valid until the next call of this library on this thread. */
+const char* kokkosmla_last_error(void);
+
+/* 1 when the default execution space reads ordinary host memory (Serial,
+   OpenMP, Threads builds), so host pointers may be passed directly; 0 on
+   device builds, where arrays must come from kokkosmla_malloc. Needs no
+   initialisation. */
+int kokkosmla_host_memory_is_accessible(void);
+
+/* Memory of the default memory space, labelled for Kokkos Tools. Returns NULL
+   for bytes = 0 or on failure (then kokkosmla_last_error says why). */
+void* kokkosmla_malloc(size_t bytes);
+/* Frees what kokkosmla_malloc returned; NULL is ignored. */
+int kokkosmla_free(void* ptr);
+/* Copy bytes from host memory to default-memory-space memory, and back. */
+int kokkosmla_copy_to_device(void* device_dst, const void* host_src, size_t bytes);
+int kokkosmla_copy_to_host(void* host_dst, const void* device_src, size_t bytes);
+
+/* out = attention(q, latent, w_uk, w_uv), as KokkosMLA::attention. Extents
+   must lie in [1, 2^30] with S >= T. opt may be NULL. Plans and allocates the
+   chosen algorithm's workspace per call: repeated calls of one shape should
+   use a plan. */
+int kokkosmla_attention_f(const float* q, const float* latent, const float* w_uk, const float* w_uv,
+                          float* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, int64_t R,
+                          const kokkosmla_options* opt);
+int kokkosmla_attention_d(const double* q, const double* latent, const double* w_uk,
+                          const double* w_uv, double* out, int64_t B, int64_t T, int64_t S, int64_t H,
+                          int64_t D, int64_t R, const kokkosmla_options* opt);
+
+/* A KokkosMLA::Plan: the algorithm and tiles chosen, and the workspace
+   allocated, once for one shape; execute allocates nothing. An execution uses
+   the plan's workspace: one plan must not execute on two threads at once.
+   Destroy every plan before Kokkos is finalized. */
+typedef struct kokkosmla_plan_f kokkosmla_plan_f;
+typedef struct kokkosmla_plan_d kokkosmla_plan_d;
+
+/* On success *plan is a new plan; on failure it is NULL. opt may be NULL. */
+int kokkosmla_plan_create_f(kokkosmla_plan_f** plan, int64_t B, int64_t T, int64_t S, int64_t H,
+                            int64_t D, int64_t R, const kokkosmla_options* opt);
+int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64_t S, int64_t H,
+                            int64_t D, int64_t R, const kokkosmla_options* opt);
+/* The arrays have the extents the plan was created with. */
+int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const float* latent,
+                             const float* w_uk, const float* w_uv, float* out);
+int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
+                             const double* w_uk, const double* w_uv, double* out);
+/* The algorithm the plan runs (never KOKKOSMLA_AUTO), in *algorithm. */
+int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm);
+int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);
+/* NULL is ignored. */
+int kokkosmla_plan_destroy_f(kokkosmla_plan_f* plan);
+int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
