@@ -103,7 +103,7 @@ def run_torch(args, shapes):
         a = torch.randn(8192, 8192, device=dev); b = torch.randn(8192, 8192, device=dev)
         ms = tt.do_bench(lambda: a @ b, return_mode="median")
         ceilings["sgemm_TFLOPs"] = round(2 * 8192**3 / ms / 1e9, 1)
-        ceilings["device"] = torch.cuda.get_device_name()
+        ceilings["gpu"] = torch.cuda.get_device_name()
     return rows, ceilings
 
 
@@ -126,7 +126,7 @@ def main():
     args.bench_filter = "float/(%s)/(%s)/" % ("|".join(name(s) for s in shapes), args.algorithms)
     torch_rows, ceilings = run_torch(args, shapes)
     ours, context = run_ours(args)
-    device = args.device or ceilings.get("device", "cpu")
+    device = args.device or ceilings.pop("gpu", "cpu")
     with open(args.out, "a" if args.append else "w") as f:
         for r in torch_rows + ours:
             r["device"] = device
