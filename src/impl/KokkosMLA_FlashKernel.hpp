@@ -33,15 +33,14 @@ struct FlashAttentionKernel {
 
   /// Element offsets of the team's scratch arrays.
   struct Layout {
-    std::size_t q, kv, p, o, max, sum, rescale, total;
+    std::size_t q, k, v, p, o, max, sum, rescale, total;
   };
   KOKKOS_INLINE_FUNCTION static Layout layout(const FlashTiles& t, std::int64_t d) {
     ScratchLayout<T> c;
     Layout l;
     l.q = c.take(t.query_tile * d);
-    // K and then V of a key tile share one buffer: a larger query tile fits.
-    // +1 column: conflict-free row reads in Q K^T.
-    l.kv = c.take(t.key_tile * (d + 1));
+    l.k = c.take(t.key_tile * (d + 1));  // +1 column: conflict-free row reads in Q K^T
+    l.v = c.take(t.key_tile * d);
     l.p = c.take(std::size_t(t.query_tile) * t.key_tile);
     l.o = c.take(t.query_tile * d);
     l.max = c.take(t.query_tile);
@@ -75,7 +74,7 @@ struct FlashAttentionKernel {
     const Layout l = layout(tiles, dim);
     ScratchView scratch(team.team_scratch(scratch_level), l.total);
     T* base = scratch.data();
-    const Mat<T> qs{base + l.q, dim}, kv{base + l.kv, dim + 1};
+    const Mat<T> qs{base + l.q, dim}, ks{base + l.k, dim + 1}, vs{base + l.v, dim};
     const Mat<T> ps{base + l.p, tiles.key_tile}, os{base + l.o, dim};
     const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
 
@@ -87,12 +86,12 @@ struct FlashAttentionKernel {
     for (std::int64_t s0 = 0; s0 < key_end; s0 += tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(tiles.key_tile, key_end - s0));
       const std::int64_t kv0 = ((b * keys + s0) * heads + h) * dim;
-      team_copy(team, n, d, Mat<const T>{k + kv0, row_stride}, kv);
+      team_copy(team, n, d, Mat<const T>{k + kv0, row_stride}, ks);
+      team_copy(team, n, d, Mat<const T>{v + kv0, row_stride}, vs);
       team_gemm(team, rows, n, d, scale, Mat<const T>{qs.ptr, qs.ld},
-                TransposedB<T>{kv.ptr, kv.ld}, ps, static_cast<const T*>(nullptr), false);
-      softmax_update(team, rows, n, s0, last_key, ps, st);  // its barrier frees the K tile
-      team_copy(team, n, d, Mat<const T>{v + kv0, row_stride}, kv);
-      team_gemm(team, rows, d, n, T(1), Mat<const T>{ps.ptr, ps.ld}, PlainB<T>{kv.ptr, kv.ld}, os,
+                TransposedB<T>{ks.ptr, ks.ld}, ps, static_cast<const T*>(nullptr), false);
+      softmax_update(team, rows, n, s0, last_key, ps, st);
+      team_gemm(team, rows, d, n, T(1), Mat<const T>{ps.ptr, ps.ld}, PlainB<T>{vs.ptr, vs.ld}, os,
                 st.rescale, s0 > 0);
     }
     softmax_normalize(team, rows, d, os, st);

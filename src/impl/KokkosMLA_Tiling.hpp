@@ -68,21 +68,16 @@ inline int clamp_tile(std::int64_t extent, int preferred) {
 
 template <class ExecSpace, class T>
 Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
-  FlashTiles t{clamp_tile(s.queries, 64), clamp_tile(s.keys, be.host ? 64 : 32)};
+  const int pref = be.host ? 64 : 32;
+  FlashTiles t{clamp_tile(s.queries, pref), clamp_tile(s.keys, pref)};
   auto bytes = [&](const FlashTiles& x) {
     return FlashAttentionKernel<ExecSpace, T>::scratch_bytes(x, s.head_dim);
   };
-  // Give up keys first (down to 16): every staged K/V row then serves more
-  // query rows, and the query tile sets how often K and V are re-read.
+  // Square tiles measured fastest on an H200 (docs/performance.md).
   auto shrink = [](FlashTiles& x) {
-    if (x.key_tile > 16)
-      x.key_tile /= 2;
-    else if (x.query_tile > 1)
-      x.query_tile /= 2;
-    else if (x.key_tile > 1)
-      x.key_tile /= 2;
-    else
-      return false;
+    int& larger = x.key_tile >= x.query_tile ? x.key_tile : x.query_tile;
+    if (larger == 1) return false;
+    larger /= 2;
     return true;
   };
   return fit(t, be, bytes, shrink, "flash attention");
