@@ -10,6 +10,8 @@
 
 #include <KokkosMLA.hpp>
 
+#include "HashFill.hpp"
+
 #include <benchmark/benchmark.h>
 
 #include <cmath>
@@ -47,20 +49,10 @@ struct Inputs {
     w_uk = View1<T>("w_uk", s.latent_dim * s.heads * s.head_dim);
     w_uv = View1<T>("w_uv", s.latent_dim * s.heads * s.head_dim);
     // Deterministic hash-based values on the device: never zeros, cheap for huge shapes.
-    fill(q, 1, 1.0);
-    fill(latent, 2, 1.0);
-    fill(w_uk, 3, 1.0 / std::sqrt(double(s.latent_dim)));
-    fill(w_uv, 4, 1.0 / std::sqrt(double(s.latent_dim)));
-  }
-  static void fill(const View1<T>& v, std::uint64_t seed, double scale) {
-    Kokkos::parallel_for(
-        "KokkosMLA::bench::fill", Kokkos::RangePolicy<Space>(0, v.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-          std::uint64_t x = (std::uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ (seed << 32);
-          x ^= x >> 31;
-          x *= 0xBF58476D1CE4E5B9ull;
-          x ^= x >> 29;
-          v(i) = T(scale * (double(x >> 11) * (2.0 / 9007199254740992.0) - 1.0));
-        });
+    Test::fill_hash(q, 1, 1.0);
+    Test::fill_hash(latent, 2, 1.0);
+    Test::fill_hash(w_uk, 3, 1.0 / std::sqrt(double(s.latent_dim)));
+    Test::fill_hash(w_uv, 4, 1.0 / std::sqrt(double(s.latent_dim)));
   }
 };
 

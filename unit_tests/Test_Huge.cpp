@@ -4,24 +4,13 @@
 // the softmax of one query, so that a 32-bit index anywhere shows up as a wrong
 // answer rather than a small perturbation.
 
+#include "HashFill.hpp"
 #include "Reference.hpp"
 
 #include <cstdlib>
 
 namespace KokkosMLA {
 namespace Test {
-
-/// Deterministic values in [-1, 1) filled on the device (2^31 host draws would take minutes).
-void fill_hash(const Kokkos::View<float*, Space>& v, std::uint64_t seed) {
-  Kokkos::parallel_for(
-      "KokkosMLA::test::fill_hash", Kokkos::RangePolicy<Space>(0, v.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
-        std::uint64_t x = (std::uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ (seed << 40);
-        x ^= x >> 31;
-        x *= 0xBF58476D1CE4E5B9ull;
-        x ^= x >> 29;
-        v(i) = float(double(x >> 11) * (2.0 / 9007199254740992.0) - 1.0);
-      });
-}
 
 namespace {
 
@@ -31,7 +20,7 @@ TEST(Huge, LatentBeyond32BitIndices) {
   const std::int64_t S = (std::int64_t(1) << 21) + 64, R = 1024, H = 2, D = 8, T = 2, planted = 64;
   ASSERT_GT(S * R, std::int64_t(1) << 31);
   Kokkos::View<float*, Space> flat(Kokkos::view_alloc(Kokkos::WithoutInitializing, "latent"), S * R);
-  fill_hash(flat, 1);
+  fill_hash(flat, 1, 1.0);
   View3<float, Unmanaged> latent(flat.data(), 1, S, R);
   View4<float> q("q", 1, T, H, D), out("out", 1, T, H, D);
   View3<float> w_uk("w_uk", R, H, D), w_uv("w_uv", R, H, D);
