@@ -4,4 +4,5 @@
 #include <KokkosMLA_config.hpp>
 #include <KokkosMLA_Options.hpp>
 #include <KokkosMLA_Attention.hpp>
+#include <KokkosMLA_Merge.hpp>
 #endif

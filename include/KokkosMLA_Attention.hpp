@@ -60,6 +60,9 @@ ArgInfo describe(const char* name, const V& v) {
 /// Throws std::invalid_argument naming the argument and extents; returns the shape.
 Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent,
                          const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out);
+/// lse must be (B, T, H) as q and overlap no other argument.
+void validate_lse(const char* caller, const ArgInfo& lse, const ArgInfo& q, const ArgInfo& latent,
+                  const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out);
 void validate_shape(const char* caller, const Shape& s);
 void validate_options(const char* caller, const Options& opt);
 void require_same_shape(const char* caller, const Shape& planned, const Shape& given);
@@ -74,7 +77,7 @@ template <class Scalar, class ExecSpace, class V, int Rank, bool IsOutput>
 constexpr bool check_view() {
   static_assert(Kokkos::is_view<V>::value, "KokkosMLA: every tensor argument must be a Kokkos::View");
   static_assert(int(V::rank) == Rank,
-                "KokkosMLA: wrong rank: q and out are rank 4, latent, w_uk and w_uv rank 3");
+                "KokkosMLA: wrong rank: q and out are rank 4, latent, w_uk, w_uv and lse rank 3");
   static_assert(std::is_same<typename V::non_const_value_type, Scalar>::value,
                 "KokkosMLA: all views must hold the same scalar type (float or double)");
   static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value,
@@ -82,7 +85,7 @@ constexpr bool check_view() {
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename V::memory_space>::accessible,
                 "KokkosMLA: a view's memory space is not accessible from the execution space");
   static_assert(!IsOutput || !std::is_const<typename V::value_type>::value,
-                "KokkosMLA: out must be a view of non-const values");
+                "KokkosMLA: out and lse must be views of non-const values");
   return true;
 }
 
@@ -93,11 +96,25 @@ constexpr bool check_views() {
          check_view<Scalar, ExecSpace, O, 4, true>();
 }
 
+template <class Scalar, class ExecSpace, class Q, class L, class WK, class WV, class O, class LS>
+constexpr bool check_views() {
+  return check_views<Scalar, ExecSpace, Q, L, WK, WV, O>() && check_view<Scalar, ExecSpace, LS, 3, true>();
+}
+
 template <class Q, class L, class WK, class WV, class O>
 Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk,
                       const WV& w_uv, const O& out) {
   return validate_arguments(caller, describe("q", q), describe("latent", latent),
                             describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
+}
+
+template <class Q, class L, class WK, class WV, class O, class LS>
+Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk,
+                      const WV& w_uv, const O& out, const LS& lse) {
+  const Shape s = validated_shape(caller, q, latent, w_uk, w_uv, out);
+  validate_lse(caller, describe("lse", lse), describe("q", q), describe("latent", latent),
+               describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
+  return s;
 }
 
 }  // namespace Impl
@@ -141,7 +158,26 @@ class Plan {
         typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
         typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
         typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)));
+        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
+        nullptr);
+  }
+
+  /// As above, and also lse (B, T, H): the natural log of each softmax
+  /// denominator, sum over visible keys s of exp(scale * q . k_s). With it,
+  /// results over disjoint key sets combine by merge_states().
+  template <class Q, class L, class WK, class WV, class O, class LS>
+  void execute(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+               const O& out, const LS& lse) const {
+    static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
+    const char* caller = "KokkosMLA::Plan::execute";
+    Impl::require_same_shape(caller, shape_,
+                             Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
+    run(exec, typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
+        typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
+        typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
+        typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
+        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
+        lse.data());
   }
 
   Algorithm algorithm() const { return config_.algorithm; }
@@ -155,7 +191,8 @@ class Plan {
  private:
   void run(const ExecSpace& exec, const typename views::ConstRank4& q,
            const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-           const typename views::ConstRank3& w_uv, const typename views::Rank4& out) const;
+           const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
+           Scalar* lse) const;
 
   Shape shape_;
   Options options_;
@@ -177,6 +214,20 @@ void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_u
   const Shape shape = Impl::validated_shape(caller, q, latent, w_uk, w_uv, out);
   Impl::validate_options(caller, opt);
   Plan<Scalar, ExecSpace>(exec, shape, opt).execute(exec, q, latent, w_uk, w_uv, out);
+}
+
+/// As above, and also lse (B, T, H), the log-sum-exp of each row's scaled
+/// logits (see Plan::execute); lse must not alias any other argument.
+template <class ExecSpace, class Q, class L, class WK, class WV, class O, class LS,
+          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value && Kokkos::is_view<LS>::value, int> = 0>
+void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+               const O& out, const LS& lse, const Options& opt = {}) {
+  using Scalar = typename O::non_const_value_type;
+  static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
+  const char* caller = "KokkosMLA::attention";
+  const Shape shape = Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse);
+  Impl::validate_options(caller, opt);
+  Plan<Scalar, ExecSpace>(exec, shape, opt).execute(exec, q, latent, w_uk, w_uv, out, lse);
 }
 
 /// As above, on a default instance of out's execution space.

@@ -5,7 +5,7 @@
 set -euo pipefail
 packages=(build-essential gfortran cmake ninja-build git
           libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
-          libopenblas-dev libgtest-dev libbenchmark-dev)
+          libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

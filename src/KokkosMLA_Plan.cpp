@@ -82,8 +82,9 @@ void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_
 template <class ExecSpace, class T, LatentStep Step>
 LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s, const LaunchConfig& c, T scale,
                                                bool causal, const T* q, const T* latent,
-                                               const T* w_uk, const T* w_uv, T* out, T* workspace) {
-  LatentKernel<ExecSpace, T, Step> k{q, latent, w_uk, w_uv, out, workspace, s.batch, s.queries, s.keys,
+                                               const T* w_uk, const T* w_uv, T* out, T* lse,
+                                               T* workspace) {
+  LatentKernel<ExecSpace, T, Step> k{q, latent, w_uk, w_uv, out, lse, workspace, s.batch, s.queries, s.keys,
                                      s.heads, s.head_dim, s.latent_dim, LatentTiles{}, scale, causal, 0};
   k.tiles = {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
   return k;
@@ -144,7 +145,7 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
                                   const typename views::ConstRank3& latent,
                                   const typename views::ConstRank3& w_uk,
                                   const typename views::ConstRank3& w_uv,
-                                  const typename views::Rank4& out) const {
+                                  const typename views::Rank4& out, Scalar* lse) const {
   using namespace Impl;
   const Shape& s = shape_;
   const Scalar scale = Scalar(scale_);
@@ -156,13 +157,16 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       launch_latent(exec, "KokkosMLA::Fused",
                     latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
                         s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
-                        out.data(), nullptr),
+                        out.data(), lse, nullptr),
                     config_);
       break;
     case Algorithm::Absorbed: {
+      // Only the attend step has the softmax state, so only it writes lse.
       auto args = [&](auto step) {
-        return latent_kernel<ExecSpace, Scalar, decltype(step)::value>(
-            s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(), ws);
+        constexpr LatentStep step_value = decltype(step)::value;
+        return latent_kernel<ExecSpace, Scalar, step_value>(
+            s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(),
+            step_value == LatentStep::Attend ? lse : nullptr, ws);
       };
       using Step = LatentStep;
       launch_latent(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()), config_);
@@ -185,7 +189,7 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
       Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
       Kokkos::Profiling::popRegion();
-      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(), k.data(), v.data(), out.data(), s.batch,
+      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(), k.data(), v.data(), out.data(), lse, s.batch,
                                                 s.queries, s.keys, s.heads, s.head_dim,
                                                 FlashTiles{config_.query_tile, config_.key_tile},
                                                 scale, causal, config_.scratch_level};

@@ -65,16 +65,18 @@ bool overlaps(const ArgInfo& a, const ArgInfo& b) {
   return a.bytes > 0 && b.bytes > 0 && a0 < b0 + b.bytes && b0 < a0 + a.bytes;
 }
 
+/// Non-empty extents and no gaps: what every kernel assumes of its arguments.
+void require_usable(const char* caller, const ArgInfo& a) {
+  for (int i = 0; i < a.rank; ++i)
+    if (a.extent[i] <= 0) fail(caller, extents_of(a) + " has an empty extent " + std::to_string(i));
+  if (!a.contiguous) fail(caller, extents_of(a) + " is not contiguous");
+}
+
 }  // namespace
 
 Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent,
                          const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out) {
-  for (const ArgInfo* a : {&q, &latent, &w_uk, &w_uv, &out}) {
-    for (int i = 0; i < a->rank; ++i)
-      if (a->extent[i] <= 0)
-        fail(caller, extents_of(*a) + " has an empty extent " + std::to_string(i));
-    if (!a->contiguous) fail(caller, extents_of(*a) + " is not contiguous");
-  }
+  for (const ArgInfo* a : {&q, &latent, &w_uk, &w_uv, &out}) require_usable(caller, *a);
   require_equal(caller, latent, 0, q, 0);  // batch
   require_equal(caller, w_uk, 0, latent, 2);  // latent rank
   require_equal(caller, w_uk, 1, q, 2);  // heads
@@ -96,6 +98,38 @@ Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& la
   s.head_dim = q.extent[3];
   s.latent_dim = latent.extent[2];
   return s;
+}
+
+void validate_lse(const char* caller, const ArgInfo& lse, const ArgInfo& q, const ArgInfo& latent,
+                  const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out) {
+  require_usable(caller, lse);
+  for (int i = 0; i < 3; ++i) require_equal(caller, lse, i, q, i);
+  for (const ArgInfo* a : {&q, &latent, &w_uk, &w_uv, &out})
+    if (overlaps(lse, *a)) fail(caller, "lse aliases " + extents_of(*a));
+}
+
+void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a,
+                    const ArgInfo& out_b, const ArgInfo& lse_b, const ArgInfo& out,
+                    const ArgInfo& lse) {
+  for (const ArgInfo* a : {&out_a, &lse_a, &out_b, &lse_b, &out, &lse}) require_usable(caller, *a);
+  for (int i = 0; i < 4; ++i) {
+    require_equal(caller, out_b, i, out_a, i);
+    require_equal(caller, out, i, out_a, i);
+  }
+  for (int i = 0; i < 3; ++i) {
+    require_equal(caller, lse_a, i, out_a, i);
+    require_equal(caller, lse_b, i, out_a, i);
+    require_equal(caller, lse, i, out_a, i);
+  }
+  // Each element is read before it is written, by the same thread: writing
+  // over an input in place is safe, any other overlap is not.
+  auto same = [](const ArgInfo& a, const ArgInfo& b) { return a.data == b.data && a.bytes == b.bytes; };
+  for (const ArgInfo* a : {&out_a, &lse_a, &out_b, &lse_b})
+    for (const ArgInfo* result : {&out, &lse})
+      if (overlaps(*result, *a) && !same(*result, *a))
+        fail(caller, std::string(result->name) + " partly overlaps " + extents_of(*a) +
+                         ": it may only be that view itself");
+  if (overlaps(out, lse)) fail(caller, "out aliases " + extents_of(lse));
 }
 
 void validate_shape(const char* caller, const Shape& s) {

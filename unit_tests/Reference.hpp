@@ -69,9 +69,11 @@ struct Problem {
 };
 
 /// out (B, T, H, D) in double, computed the plain way: decompress K and V, then
-/// a two-pass softmax per query.
+/// a two-pass softmax per query. When lse is given, it receives (B, T, H): the
+/// log of each softmax denominator, max + log(sum of exp(logit - max)).
 template <class T>
-std::vector<double> reference(const Problem<T>& p, const Options& opt = {}) {
+std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
+                              std::vector<double>* lse = nullptr) {
   const Shape& s = p.shape;
   const auto q = Problem<T>::host_copy(p.q), lat = Problem<T>::host_copy(p.latent);
   const auto wk = Problem<T>::host_copy(p.w_uk), wv = Problem<T>::host_copy(p.w_uv);
@@ -88,6 +90,7 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {}) {
       }
     }
   std::vector<double> out(B * Tq * H * D, 0.0), logits(S);
+  if (lse) lse->assign(B * Tq * H, 0.0);
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t t = 0; t < Tq; ++t)
       for (std::int64_t h = 0; h < H; ++h) {
@@ -103,6 +106,7 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {}) {
         }
         double sum = 0;
         for (std::int64_t j = 0; j <= last; ++j) sum += (logits[j] = std::exp(logits[j] - mx));
+        if (lse) (*lse)[(b * Tq + t) * H + h] = mx + std::log(sum);
         double* o = &out[((b * Tq + t) * H + h) * D];
         for (std::int64_t j = 0; j <= last; ++j) {
           const double* vr = &v[((b * S + j) * H + h) * D];

@@ -22,6 +22,15 @@ KOKKOS_INLINE_FUNCTION T exp(T x) {
 #endif
 }
 
+template <class T>
+KOKKOS_INLINE_FUNCTION T log(T x) {
+#if KOKKOS_VERSION >= 30700
+  return Kokkos::log(x);
+#else
+  return Kokkos::Experimental::log(x);
+#endif
+}
+
 // Kokkos::min/max arrived after 3.4.
 template <class T>
 KOKKOS_INLINE_FUNCTION constexpr T min_of(T a, T b) {

@@ -25,6 +25,7 @@ struct FlashAttentionKernel {
   const T* k;  // (B, S, H, D)
   const T* v;  // (B, S, H, D)
   T* out;      // (B, T, H, D)
+  T* lse;      // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashTiles tiles;
   T scale;
@@ -95,6 +96,11 @@ struct FlashAttentionKernel {
                 st.rescale, s0 > 0);
     }
     softmax_normalize(team, rows, d, os, st);
+    if (lse) {
+      T* const lse_rows = lse + (b * queries + t0) * heads + h;  // row i is token t0 + i
+      const std::int64_t h_count = heads;
+      softmax_log_sum_exp(team, rows, st, [=](int i) -> T& { return lse_rows[i * h_count]; });
+    }
     team_copy(team, rows, d, Mat<const T>{os.ptr, os.ld},
               Mat<T>{out + ((b * queries + t0) * heads + h) * dim, row_stride});
   }

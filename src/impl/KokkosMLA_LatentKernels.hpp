@@ -7,7 +7,8 @@
 // g * tokens + i is head h0 + g, token t0 + i). Every row reads the same
 // latent tiles, so one staged tile serves all heads of the team. Three steps:
 //   absorb:     qa = scale * q . w_uk[:, h, :]^T   (rows x R), w_uk staged in chunks
-//   attend:     oa = softmax(qa . latent^T) latent (rows x R), online softmax
+//   attend:     oa = softmax(qa . latent^T) latent (rows x R), online softmax;
+//               also the rows' log-sum-exp when lse is asked for
 //   up_project: out = oa . w_uv[:, h, :]          (rows x D), w_uv staged in chunks
 // The Fused kernel runs all three in one launch with qa and oa in scratch; the
 // Absorbed algorithm runs one kernel per step through a (B, T, H, R) workspace.
@@ -42,6 +43,7 @@ struct LatentKernel {
   const T* w_uk;    // (R, H, D)
   const T* w_uv;    // (R, H, D)
   T* out;           // (B, T, H, D)
+  T* lse;           // (B, T, H), or null when not asked for
   T* workspace;     // (B, T, H, R): qa after Absorb, oa after Attend (in place)
   std::int64_t batch, queries, keys, heads, dim, rank;
   LatentTiles tiles;
@@ -155,6 +157,15 @@ struct LatentKernel {
                 st.rescale, s0 > 0);
     }
     softmax_normalize(team, rows, r, oa, st);
+    if (lse) {
+      // Row i is token t0 + i % tokens of head h0 + i / tokens.
+      T* const lse_block = lse + (k.b * queries + k.t0) * heads + k.h0;
+      const std::int64_t h_count = heads;
+      const int tokens = k.tokens;
+      softmax_log_sum_exp(team, rows, st, [=](int i) -> T& {
+        return lse_block[(i % tokens) * h_count + i / tokens];
+      });
+    }
   }
 
   /// out_rows = oa . w_uv[:, h, :], head by head, w_uv staged in chunks.

@@ -162,6 +162,19 @@ KOKKOS_INLINE_FUNCTION void softmax_normalize(const Member& team, int rows, int 
   team.team_barrier();
 }
 
+/// lse_of(i) = max[i] + log(sum[i]), the log of the row's softmax denominator
+/// in unshifted terms, which is what merging partial results over disjoint key
+/// sets needs. Read it after softmax_normalize and before the state is reused.
+/// A row that saw no key gets -inf. Ends with a barrier.
+template <class Member, class T, class LseOf>
+KOKKOS_INLINE_FUNCTION void softmax_log_sum_exp(const Member& team, int rows, SoftmaxRows<T> st,
+                                                LseOf lse_of) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+    lse_of(i) = st.max[i] == negative_infinity<T>() ? st.max[i] : st.max[i] + Impl::log(st.sum[i]);
+  });
+  team.team_barrier();
+}
+
 /// Lays out one team's scratch as consecutive arrays, each aligned to 16
 /// bytes: the same offsets size the buffer on the host and carve it on the device.
 template <class T>
