@@ -43,8 +43,8 @@ int main(int argc, char** argv) {
   std::printf("Auto picks %s\n\n", to_string(KokkosMLA::choose_algorithm<float>(Space(), shape)).c_str());
   std::printf("%-13s %12s %12s   out[0,0,0,0:3]\n", "algorithm", "ms/call", "max|diff|");
   std::vector<float> first;
-  for (auto a : {KokkosMLA::Algorithm::Fused, KokkosMLA::Algorithm::Decompressed, KokkosMLA::Algorithm::Absorbed,
-                 KokkosMLA::Algorithm::Auto}) {
+  for (auto a : {KokkosMLA::Algorithm::Fused, KokkosMLA::Algorithm::Decompressed,
+                 KokkosMLA::Algorithm::Absorbed, KokkosMLA::Algorithm::Auto}) {
     KokkosMLA::Options opt;
     opt.algorithm = a;
     KokkosMLA::Plan<float> plan(Space(), shape, opt);  // owns its workspace: calls allocate nothing

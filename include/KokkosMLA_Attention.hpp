@@ -17,11 +17,11 @@ namespace Impl {
 struct LaunchConfig {
   Algorithm algorithm = Algorithm::Fused;
   int team_size = 1;
-  int scratch_level = 0;      ///< team scratch level of the attention kernel
-  int query_tile = 1;         ///< query tokens per team
-  int head_group = 1;         ///< heads per team (latent kernels)
-  int key_tile = 1;           ///< keys staged per step
-  int weight_chunk = 1;       ///< rows of w_uk / w_uv staged per step
+  int scratch_level = 0;          ///< team scratch level of the attention kernel
+  int query_tile = 1;             ///< query tokens per team
+  int head_group = 1;             ///< heads per team (latent kernels)
+  int key_tile = 1;               ///< keys staged per step
+  int weight_chunk = 1;           ///< rows of w_uk / w_uv staged per step
   std::size_t scratch_bytes = 0;  ///< per team, attention kernel
   std::size_t scratch_max0 = 0;   ///< the backend's level-0 limit
 };
@@ -58,8 +58,8 @@ ArgInfo describe(const char* name, const V& v) {
 }
 
 /// Throws std::invalid_argument naming the argument and extents; returns the shape.
-Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent,
-                         const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out);
+Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent, const ArgInfo& w_uk,
+                         const ArgInfo& w_uv, const ArgInfo& out);
 /// lse must be (B, T, H) as q and overlap no other argument.
 void validate_lse(const char* caller, const ArgInfo& lse, const ArgInfo& q, const ArgInfo& latent,
                   const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out);
@@ -68,9 +68,8 @@ void validate_options(const char* caller, const Options& opt);
 void require_same_shape(const char* caller, const Shape& planned, const Shape& given);
 
 template <class ExecSpace>
-constexpr bool is_supported_space =
-    std::is_same<ExecSpace, Kokkos::DefaultExecutionSpace>::value ||
-    std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
+constexpr bool is_supported_space = std::is_same<ExecSpace, Kokkos::DefaultExecutionSpace>::value ||
+                                    std::is_same<ExecSpace, Kokkos::DefaultHostExecutionSpace>::value;
 
 // Compile-time checks of one argument; the failing instantiation names the argument's type.
 template <class Scalar, class ExecSpace, class V, int Rank, bool IsOutput>
@@ -102,15 +101,15 @@ constexpr bool check_views() {
 }
 
 template <class Q, class L, class WK, class WV, class O>
-Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk,
-                      const WV& w_uv, const O& out) {
-  return validate_arguments(caller, describe("q", q), describe("latent", latent),
-                            describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
+Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+                      const O& out) {
+  return validate_arguments(caller, describe("q", q), describe("latent", latent), describe("w_uk", w_uk),
+                            describe("w_uv", w_uv), describe("out", out));
 }
 
 template <class Q, class L, class WK, class WV, class O, class LS>
-Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk,
-                      const WV& w_uv, const O& out, const LS& lse) {
+Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+                      const O& out, const LS& lse) {
   const Shape s = validated_shape(caller, q, latent, w_uk, w_uv, out);
   validate_lse(caller, describe("lse", lse), describe("q", q), describe("latent", latent),
                describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
@@ -170,8 +169,7 @@ class Plan {
                const O& out, const LS& lse) const {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
-    Impl::require_same_shape(caller, shape_,
-                             Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
+    Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
     run(exec, typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
         typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
         typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
@@ -191,8 +189,7 @@ class Plan {
  private:
   void run(const ExecSpace& exec, const typename views::ConstRank4& q,
            const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-           const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-           Scalar* lse) const;
+           const typename views::ConstRank3& w_uv, const typename views::Rank4& out, Scalar* lse) const;
 
   Shape shape_;
   Options options_;
@@ -218,8 +215,9 @@ void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_u
 
 /// As above, and also lse (B, T, H), the log-sum-exp of each row's scaled
 /// logits (see Plan::execute); lse must not alias any other argument.
-template <class ExecSpace, class Q, class L, class WK, class WV, class O, class LS,
-          std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value && Kokkos::is_view<LS>::value, int> = 0>
+template <
+    class ExecSpace, class Q, class L, class WK, class WV, class O, class LS,
+    std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value && Kokkos::is_view<LS>::value, int> = 0>
 void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                const O& out, const LS& lse, const Options& opt = {}) {
   using Scalar = typename O::non_const_value_type;
@@ -231,16 +229,15 @@ void attention(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_u
 }
 
 /// As above, on a default instance of out's execution space.
-template <class Q, class L, class WK, class WV, class O,
-          std::enable_if_t<Kokkos::is_view<Q>::value, int> = 0>
+template <class Q, class L, class WK, class WV, class O, std::enable_if_t<Kokkos::is_view<Q>::value, int> = 0>
 void attention(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
                const Options& opt = {}) {
   attention(typename O::execution_space(), q, latent, w_uk, w_uv, out, opt);
 }
 
-#define KOKKOSMLA_DECLARE_INSTANCES(SPACE)                                                   \
-  extern template class Plan<float, SPACE>;                                                  \
-  extern template class Plan<double, SPACE>;                                                 \
+#define KOKKOSMLA_DECLARE_INSTANCES(SPACE)                                                              \
+  extern template class Plan<float, SPACE>;                                                             \
+  extern template class Plan<double, SPACE>;                                                            \
   extern template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
   extern template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
 KOKKOSMLA_DECLARE_INSTANCES(Kokkos::DefaultExecutionSpace)

@@ -11,9 +11,8 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Throws std::invalid_argument naming the argument and extents.
-void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a,
-                    const ArgInfo& out_b, const ArgInfo& lse_b, const ArgInfo& out,
-                    const ArgInfo& lse);
+void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a, const ArgInfo& out_b,
+                    const ArgInfo& lse_b, const ArgInfo& out, const ArgInfo& lse);
 
 /// The kernel on raw row-major data: rows = B * T * H rows of dim values.
 template <class Scalar, class ExecSpace>
@@ -35,8 +34,8 @@ void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a,
 /// mismatched extents.
 template <class ExecSpace, class OA, class LA, class OB, class LB, class O, class L,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
-void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const OB& out_b,
-                  const LB& lse_b, const O& out, const L& lse) {
+void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const OB& out_b, const LB& lse_b,
+                  const O& out, const L& lse) {
   using Scalar = typename O::non_const_value_type;
   static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
                 "KokkosMLA::merge_states: Scalar must be float or double");
@@ -60,13 +59,13 @@ void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const
       std::int64_t(out.extent(3)));
 }
 
-#define KOKKOSMLA_DECLARE_MERGE_INSTANCES(SPACE)                                                     \
-  extern template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*,      \
-                                                      const float*, const float*, float*, float*,    \
-                                                      std::int64_t, std::int64_t);                   \
-  extern template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*,   \
-                                                       const double*, const double*, double*,        \
-                                                       double*, std::int64_t, std::int64_t);
+#define KOKKOSMLA_DECLARE_MERGE_INSTANCES(SPACE)                                                       \
+  extern template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*,        \
+                                                      const float*, const float*, float*, float*,      \
+                                                      std::int64_t, std::int64_t);                     \
+  extern template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*,     \
+                                                       const double*, const double*, double*, double*, \
+                                                       std::int64_t, std::int64_t);
 KOKKOSMLA_DECLARE_MERGE_INSTANCES(Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
 KOKKOSMLA_DECLARE_MERGE_INSTANCES(Kokkos::DefaultHostExecutionSpace)

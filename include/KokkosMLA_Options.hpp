@@ -39,9 +39,8 @@ struct Shape {
   std::int64_t latent_dim = 0;
 
   friend bool operator==(const Shape& a, const Shape& b) {
-    return a.batch == b.batch && a.queries == b.queries && a.keys == b.keys &&
-           a.heads == b.heads && a.head_dim == b.head_dim &&
-           a.latent_dim == b.latent_dim;
+    return a.batch == b.batch && a.queries == b.queries && a.keys == b.keys && a.heads == b.heads &&
+           a.head_dim == b.head_dim && a.latent_dim == b.latent_dim;
   }
   friend bool operator!=(const Shape& a, const Shape& b) { return !(a == b); }
 };

@@ -123,9 +123,9 @@ int kokkosmla_copy_to_host(void* host_dst, const void* device_src, size_t bytes)
 int kokkosmla_attention_f(const float* q, const float* latent, const float* w_uk, const float* w_uv,
                           float* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, int64_t R,
                           const kokkosmla_options* opt);
-int kokkosmla_attention_d(const double* q, const double* latent, const double* w_uk,
-                          const double* w_uv, double* out, int64_t B, int64_t T, int64_t S, int64_t H,
-                          int64_t D, int64_t R, const kokkosmla_options* opt);
+int kokkosmla_attention_d(const double* q, const double* latent, const double* w_uk, const double* w_uv,
+                          double* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, int64_t R,
+                          const kokkosmla_options* opt);
 
 /* A KokkosMLA::Plan: the algorithm and tiles chosen, and the workspace
    allocated, once for one shape; execute allocates nothing. An execution uses
@@ -135,10 +135,10 @@ typedef struct kokkosmla_plan_f kokkosmla_plan_f;
 typedef struct kokkosmla_plan_d kokkosmla_plan_d;
 
 /* On success *plan is a new plan; on failure it is NULL. opt may be NULL. */
-int kokkosmla_plan_create_f(kokkosmla_plan_f** plan, int64_t B, int64_t T, int64_t S, int64_t H,
-                            int64_t D, int64_t R, const kokkosmla_options* opt);
-int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64_t S, int64_t H,
-                            int64_t D, int64_t R, const kokkosmla_options* opt);
+int kokkosmla_plan_create_f(kokkosmla_plan_f** plan, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D,
+                            int64_t R, const kokkosmla_options* opt);
+int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D,
+                            int64_t R, const kokkosmla_options* opt);
 /* The arrays have the extents the plan was created with. */
 int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const float* latent,
                              const float* w_uk, const float* w_uv, float* out);

@@ -57,8 +57,8 @@ struct Inputs {
 };
 
 template <class T, int Rank>
-using Tensor = Kokkos::View<typename std::conditional<Rank == 4, T****, T***>::type, Kokkos::LayoutRight, Space,
-                            Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+using Tensor = Kokkos::View<typename std::conditional<Rank == 4, T****, T***>::type, Kokkos::LayoutRight,
+                            Space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
 template <class T>
 struct Bound {
@@ -77,8 +77,9 @@ template <class T>
 double relative_error(const Shape& s, const Inputs<T>& in) {
   Inputs<double> ref(s);  // same hash values in double, then overwrite with the exact T values
   auto widen = [](const View1<T>& from, const View1<double>& to) {
-    Kokkos::parallel_for("KokkosMLA::bench::widen", Kokkos::RangePolicy<Space>(0, from.extent(0)),
-                         KOKKOS_LAMBDA(const std::int64_t i) { to(i) = double(from(i)); });
+    Kokkos::parallel_for(
+        "KokkosMLA::bench::widen", Kokkos::RangePolicy<Space>(0, from.extent(0)),
+        KOKKOS_LAMBDA(const std::int64_t i) { to(i) = double(from(i)); });
   };
   widen(in.q, ref.q);
   widen(in.latent, ref.latent);
@@ -126,9 +127,11 @@ void run(benchmark::State& state, Shape s, Algorithm algorithm) {
     state.SetIterationTime(timer.seconds() / batch);
   }
   const FlopCount flops = flop_count(s, opt.causal);
-  const double bytes = sizeof(T) * double(2 * s.batch * s.queries * s.heads * s.head_dim +
-                                          s.batch * s.keys * s.latent_dim + 2 * s.latent_dim * s.heads * s.head_dim);
-  state.counters["GFLOP"] = benchmark::Counter(flops.decompressed * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  const double bytes =
+      sizeof(T) * double(2 * s.batch * s.queries * s.heads * s.head_dim + s.batch * s.keys * s.latent_dim +
+                         2 * s.latent_dim * s.heads * s.head_dim);
+  state.counters["GFLOP"] =
+      benchmark::Counter(flops.decompressed * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["batch"] = batch;
   state.counters["workspace_MB"] = double(plan.workspace_bytes()) * 1e-6;

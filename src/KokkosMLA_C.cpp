@@ -66,8 +66,8 @@ int guarded(const char* caller, Body&& body) noexcept {
 
 // Lifecycle. Kokkos cannot be re-initialized after finalize, so remember having finalized it.
 std::mutex lifecycle_mutex;
-int initialize_depth = 0;    ///< successful kokkosmla_initialize calls not yet matched
-bool owns_kokkos = false;    ///< the outermost kokkosmla_initialize initialized Kokkos
+int initialize_depth = 0;  ///< successful kokkosmla_initialize calls not yet matched
+bool owns_kokkos = false;  ///< the outermost kokkosmla_initialize initialized Kokkos
 bool finalized_kokkos = false;
 std::atomic<long> live_plans{0}, live_allocations{0};
 
@@ -93,8 +93,7 @@ Shape checked_shape(const Extents& e) {
     if (n.second < 1 || n.second > (std::int64_t(1) << 30))
       invalid(std::string(n.first) + " = " + std::to_string(n.second) + " is not in [1, 2^30]");
   if (e.S < e.T)
-    invalid("S = " + std::to_string(e.S) + " keys < T = " + std::to_string(e.T) +
-            " queries: need S >= T");
+    invalid("S = " + std::to_string(e.S) + " keys < T = " + std::to_string(e.T) + " queries: need S >= T");
   return Shape{e.B, e.T, e.S, e.H, e.D, e.R};
 }
 
@@ -132,7 +131,7 @@ struct Arguments {
 
 template <class T>
 int run_attention(const char* caller, const T* q, const T* latent, const T* w_uk, const T* w_uv, T* out,
-              const Extents& e, const kokkosmla_options* opt) {
+                  const Extents& e, const kokkosmla_options* opt) {
   return guarded(caller, [&] {
     require_initialized();
     const Arguments<T> a(q, latent, w_uk, w_uv, out, checked_shape(e));
@@ -300,12 +299,12 @@ int kokkosmla_free(void* ptr) {
 
 int kokkosmla_copy_to_device(void* device_dst, const void* host_src, size_t bytes) {
   return KokkosMLA::copy_bytes<KokkosMLA::MemSpace, Kokkos::HostSpace>("kokkosmla_copy_to_device", device_dst,
-                                                                 host_src, bytes);
+                                                                       host_src, bytes);
 }
 
 int kokkosmla_copy_to_host(void* host_dst, const void* device_src, size_t bytes) {
   return KokkosMLA::copy_bytes<Kokkos::HostSpace, KokkosMLA::MemSpace>("kokkosmla_copy_to_host", host_dst,
-                                                                 device_src, bytes);
+                                                                       device_src, bytes);
 }
 
 int kokkosmla_attention_f(const float* q, const float* latent, const float* w_uk, const float* w_uv,
@@ -315,20 +314,20 @@ int kokkosmla_attention_f(const float* q, const float* latent, const float* w_uk
                                   Extents{B, T, S, H, D, R}, opt);
 }
 
-int kokkosmla_attention_d(const double* q, const double* latent, const double* w_uk,
-                          const double* w_uv, double* out, int64_t B, int64_t T, int64_t S, int64_t H,
-                          int64_t D, int64_t R, const kokkosmla_options* opt) {
+int kokkosmla_attention_d(const double* q, const double* latent, const double* w_uk, const double* w_uv,
+                          double* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, int64_t R,
+                          const kokkosmla_options* opt) {
   return KokkosMLA::run_attention("kokkosmla_attention_d", q, latent, w_uk, w_uv, out,
                                   Extents{B, T, S, H, D, R}, opt);
 }
 
-int kokkosmla_plan_create_f(kokkosmla_plan_f** plan, int64_t B, int64_t T, int64_t S, int64_t H,
-                            int64_t D, int64_t R, const kokkosmla_options* opt) {
+int kokkosmla_plan_create_f(kokkosmla_plan_f** plan, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D,
+                            int64_t R, const kokkosmla_options* opt) {
   return KokkosMLA::create_plan("kokkosmla_plan_create_f", plan, Extents{B, T, S, H, D, R}, opt);
 }
 
-int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64_t S, int64_t H,
-                            int64_t D, int64_t R, const kokkosmla_options* opt) {
+int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D,
+                            int64_t R, const kokkosmla_options* opt) {
   return KokkosMLA::create_plan("kokkosmla_plan_create_d", plan, Extents{B, T, S, H, D, R}, opt);
 }
 

@@ -37,7 +37,7 @@ double modeled_seconds(Algorithm a, const CostInputs& in) {
   const double B = double(s.batch), T = double(s.queries), S = double(s.keys), H = double(s.heads),
                D = double(s.head_dim), R = double(s.latent_dim), w = double(in.scalar_bytes);
   const double pairs = causal_pairs(s, in.causal);
-  const double avg_keys = pairs / T;  // keys a query row sees on average
+  const double avg_keys = pairs / T;                          // keys a query row sees on average
   const double io = w * (2 * B * T * H * D + 2 * R * H * D);  // q, out, weights
   switch (a) {
     case Algorithm::Decompressed: {
@@ -58,7 +58,8 @@ double modeled_seconds(Algorithm a, const CostInputs& in) {
       const int launches = a == Algorithm::Fused ? 1 : 3;
       return flops / r.kernel_flops + bytes / r.bytes + launches * r.launch;
     }
-    case Algorithm::Auto: break;
+    case Algorithm::Auto:
+      break;
   }
   return modeled_seconds(cheapest(in), in);
 }

@@ -17,13 +17,12 @@ void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a,
 
 }  // namespace Impl
 
-#define KOKKOSMLA_INSTANTIATE_MERGE(SPACE)                                                            \
-  template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*, const float*, \
-                                               const float*, float*, float*, std::int64_t,            \
-                                               std::int64_t);                                         \
-  template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*,           \
-                                                const double*, const double*, double*, double*,       \
-                                                std::int64_t, std::int64_t);
+#define KOKKOSMLA_INSTANTIATE_MERGE(SPACE)                                                                 \
+  template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*, const float*,     \
+                                               const float*, float*, float*, std::int64_t, std::int64_t);  \
+  template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*, const double*, \
+                                                const double*, double*, double*, std::int64_t,             \
+                                                std::int64_t);
 KOKKOSMLA_INSTANTIATE_MERGE(Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
 KOKKOSMLA_INSTANTIATE_MERGE(Kokkos::DefaultHostExecutionSpace)

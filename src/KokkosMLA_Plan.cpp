@@ -56,11 +56,15 @@ LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& o
   c.team_size = in.backend.team_size;
   c.scratch_max0 = in.backend.scratch_max[0];
   switch (c.algorithm) {
-    case Algorithm::Decompressed: apply(c, flash_tiles<ExecSpace, T>(s, in.backend)); break;
+    case Algorithm::Decompressed:
+      apply(c, flash_tiles<ExecSpace, T>(s, in.backend));
+      break;
     case Algorithm::Absorbed:
       apply(c, latent_tiles<ExecSpace, T, LatentStep::Attend>(s, in.backend));
       break;
-    default: apply(c, latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend)); break;
+    default:
+      apply(c, latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend));
+      break;
   }
   return c;
 }
@@ -80,12 +84,12 @@ void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_
 }
 
 template <class ExecSpace, class T, LatentStep Step>
-LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s, const LaunchConfig& c, T scale,
-                                               bool causal, const T* q, const T* latent,
-                                               const T* w_uk, const T* w_uv, T* out, T* lse,
-                                               T* workspace) {
-  LatentKernel<ExecSpace, T, Step> k{q, latent, w_uk, w_uv, out, lse, workspace, s.batch, s.queries, s.keys,
-                                     s.heads, s.head_dim, s.latent_dim, LatentTiles{}, scale, causal, 0};
+LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s, const LaunchConfig& c, T scale, bool causal,
+                                               const T* q, const T* latent, const T* w_uk, const T* w_uv,
+                                               T* out, T* lse, T* workspace) {
+  LatentKernel<ExecSpace, T, Step> k{
+      q,      latent,  w_uk,       w_uv,         out,           lse,   workspace, s.batch, s.queries,
+      s.keys, s.heads, s.head_dim, s.latent_dim, LatentTiles{}, scale, causal,    0};
   k.tiles = {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
   return k;
 }
@@ -144,8 +148,8 @@ template <class Scalar, class ExecSpace>
 void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::ConstRank4& q,
                                   const typename views::ConstRank3& latent,
                                   const typename views::ConstRank3& w_uk,
-                                  const typename views::ConstRank3& w_uv,
-                                  const typename views::Rank4& out, Scalar* lse) const {
+                                  const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
+                                  Scalar* lse) const {
   using namespace Impl;
   const Shape& s = shape_;
   const Scalar scale = Scalar(scale_);
@@ -169,14 +173,17 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
             step_value == LatentStep::Attend ? lse : nullptr, ws);
       };
       using Step = LatentStep;
-      launch_latent(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()), config_);
-      launch_latent(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()), config_);
+      launch_latent(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()),
+                    config_);
+      launch_latent(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()),
+                    config_);
       launch_latent(exec, "KokkosMLA::Absorbed::up_project",
                     args(std::integral_constant<Step, Step::UpProject>()), config_);
       break;
     }
     case Algorithm::Decompressed: {
-      using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+      using Matrix =
+          Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
       using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, memory_space,
                                        Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
       // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
@@ -189,19 +196,29 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
       Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
       Kokkos::Profiling::popRegion();
-      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(), k.data(), v.data(), out.data(), lse, s.batch,
-                                                s.queries, s.keys, s.heads, s.head_dim,
+      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(),
+                                                k.data(),
+                                                v.data(),
+                                                out.data(),
+                                                lse,
+                                                s.batch,
+                                                s.queries,
+                                                s.keys,
+                                                s.heads,
+                                                s.head_dim,
                                                 FlashTiles{config_.query_tile, config_.key_tile},
-                                                scale, causal, config_.scratch_level};
+                                                scale,
+                                                causal,
+                                                config_.scratch_level};
       launch(exec, "KokkosMLA::Decompressed::flash", f, config_.team_size, config_.scratch_bytes);
       break;
     }
   }
 }
 
-#define KOKKOSMLA_INSTANTIATE(SPACE)                                                          \
-  template class Plan<float, SPACE>;                                                          \
-  template class Plan<double, SPACE>;                                                         \
+#define KOKKOSMLA_INSTANTIATE(SPACE)                                                             \
+  template class Plan<float, SPACE>;                                                             \
+  template class Plan<double, SPACE>;                                                            \
   template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
   template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
 KOKKOSMLA_INSTANTIATE(Kokkos::DefaultExecutionSpace)

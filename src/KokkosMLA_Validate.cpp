@@ -11,10 +11,14 @@ namespace KokkosMLA {
 
 std::string to_string(Algorithm a) {
   switch (a) {
-    case Algorithm::Auto: return "Auto";
-    case Algorithm::Fused: return "Fused";
-    case Algorithm::Decompressed: return "Decompressed";
-    case Algorithm::Absorbed: return "Absorbed";
+    case Algorithm::Auto:
+      return "Auto";
+    case Algorithm::Fused:
+      return "Fused";
+    case Algorithm::Decompressed:
+      return "Decompressed";
+    case Algorithm::Absorbed:
+      return "Absorbed";
   }
   return "?";
 }
@@ -74,19 +78,18 @@ void require_usable(const char* caller, const ArgInfo& a) {
 
 }  // namespace
 
-Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent,
-                         const ArgInfo& w_uk, const ArgInfo& w_uv, const ArgInfo& out) {
+Shape validate_arguments(const char* caller, const ArgInfo& q, const ArgInfo& latent, const ArgInfo& w_uk,
+                         const ArgInfo& w_uv, const ArgInfo& out) {
   for (const ArgInfo* a : {&q, &latent, &w_uk, &w_uv, &out}) require_usable(caller, *a);
-  require_equal(caller, latent, 0, q, 0);  // batch
+  require_equal(caller, latent, 0, q, 0);     // batch
   require_equal(caller, w_uk, 0, latent, 2);  // latent rank
-  require_equal(caller, w_uk, 1, q, 2);  // heads
-  require_equal(caller, w_uk, 2, q, 3);  // head dim
+  require_equal(caller, w_uk, 1, q, 2);       // heads
+  require_equal(caller, w_uk, 2, q, 3);       // head dim
   for (int i = 0; i < 3; ++i) require_equal(caller, w_uv, i, w_uk, i);
   for (int i = 0; i < 4; ++i) require_equal(caller, out, i, q, i);
   if (latent.extent[1] < q.extent[1]) {
-    fail(caller, "latent.extent(1) = " + std::to_string(latent.extent[1]) +
-                     " keys but q.extent(1) = " + std::to_string(q.extent[1]) +
-                     " queries: need keys >= queries");
+    fail(caller, "latent.extent(1) = " + std::to_string(latent.extent[1]) + " keys but q.extent(1) = " +
+                     std::to_string(q.extent[1]) + " queries: need keys >= queries");
   }
   for (const ArgInfo* a : {&q, &latent, &w_uk, &w_uv})
     if (overlaps(out, *a)) fail(caller, "out aliases " + extents_of(*a));
@@ -108,9 +111,8 @@ void validate_lse(const char* caller, const ArgInfo& lse, const ArgInfo& q, cons
     if (overlaps(lse, *a)) fail(caller, "lse aliases " + extents_of(*a));
 }
 
-void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a,
-                    const ArgInfo& out_b, const ArgInfo& lse_b, const ArgInfo& out,
-                    const ArgInfo& lse) {
+void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a, const ArgInfo& out_b,
+                    const ArgInfo& lse_b, const ArgInfo& out, const ArgInfo& lse) {
   for (const ArgInfo* a : {&out_a, &lse_a, &out_b, &lse_b, &out, &lse}) require_usable(caller, *a);
   for (int i = 0; i < 4; ++i) {
     require_equal(caller, out_b, i, out_a, i);

@@ -15,7 +15,8 @@ template <class T, class... P>
 void fill_hash(const Kokkos::View<T*, P...>& v, std::uint64_t seed, double scale) {
   using Space = typename Kokkos::View<T*, P...>::execution_space;
   Kokkos::parallel_for(
-      "KokkosMLA::test::fill_hash", Kokkos::RangePolicy<Space>(0, v.extent(0)), KOKKOS_LAMBDA(const std::int64_t i) {
+      "KokkosMLA::test::fill_hash", Kokkos::RangePolicy<Space>(0, v.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) {
         std::uint64_t x = (std::uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull ^ (seed << 32);
         x ^= x >> 31;
         x *= 0xBF58476D1CE4E5B9ull;

@@ -77,8 +77,7 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
   const Shape& s = p.shape;
   const auto q = Problem<T>::host_copy(p.q), lat = Problem<T>::host_copy(p.latent);
   const auto wk = Problem<T>::host_copy(p.w_uk), wv = Problem<T>::host_copy(p.w_uv);
-  const std::int64_t B = s.batch, Tq = s.queries, S = s.keys, H = s.heads, D = s.head_dim,
-                     R = s.latent_dim;
+  const std::int64_t B = s.batch, Tq = s.queries, S = s.keys, H = s.heads, D = s.head_dim, R = s.latent_dim;
   const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D));
   std::vector<double> k(B * S * H * D, 0.0), v(B * S * H * D, 0.0);
   for (std::int64_t bs = 0; bs < B * S; ++bs)
@@ -140,8 +139,8 @@ inline ::testing::AssertionResult close(const std::vector<double>& got, const st
   std::ostringstream o;
   o.precision(10);
   o << "worst element out(" << b << ", " << t << ", " << h << ", " << d << ") = " << got[worst]
-    << ", reference " << want[worst] << ", error " << worst_err << " > " << tol << " * " << peak
-    << " for " << to_string(s);
+    << ", reference " << want[worst] << ", error " << worst_err << " > " << tol << " * " << peak << " for "
+    << to_string(s);
   return ::testing::AssertionFailure() << o.str();
 }
 

@@ -52,9 +52,11 @@ TYPED_TEST(BadInput, ExtentMismatches) {
   this->expect_rejected_views(p.q, lat_rank, p.w_uk, p.w_uv, p.out,
                               {"w_uk.extent(0) = 5", "latent.extent(2) = 6"});
   View3<TypeParam> wk_heads("w", s.latent_dim, s.heads + 1, s.head_dim);
-  this->expect_rejected_views(p.q, p.latent, wk_heads, p.w_uv, p.out, {"w_uk.extent(1) = 4", "q.extent(2) = 3"});
+  this->expect_rejected_views(p.q, p.latent, wk_heads, p.w_uv, p.out,
+                              {"w_uk.extent(1) = 4", "q.extent(2) = 3"});
   View3<TypeParam> wk_dim("w", s.latent_dim, s.heads, s.head_dim + 2);
-  this->expect_rejected_views(p.q, p.latent, wk_dim, p.w_uv, p.out, {"w_uk.extent(2) = 6", "q.extent(3) = 4"});
+  this->expect_rejected_views(p.q, p.latent, wk_dim, p.w_uv, p.out,
+                              {"w_uk.extent(2) = 6", "q.extent(3) = 4"});
   View3<TypeParam> wv("w", s.latent_dim, s.heads, s.head_dim + 1);
   this->expect_rejected_views(p.q, p.latent, p.w_uk, wv, p.out, {"w_uv.extent(2) = 5", "w_uk.extent(2) = 4"});
   View4<TypeParam> out_t("o", s.batch, s.queries + 1, s.heads, s.head_dim);
@@ -90,7 +92,8 @@ TYPED_TEST(BadInput, OutAliasesAnInput) {
   this->expect_rejected([&] { attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, over_q); },
                         {"out aliases q (2, 6, 3, 4)"});
   // One shared element between the end of latent and the start of out.
-  Kokkos::View<TypeParam*, Space> buffer("buffer", 2 * s.batch * s.keys * s.latent_dim + 2 * s.batch * s.queries * s.heads * s.head_dim);
+  Kokkos::View<TypeParam*, Space> buffer(
+      "buffer", 2 * s.batch * s.keys * s.latent_dim + 2 * s.batch * s.queries * s.heads * s.head_dim);
   View3<TypeParam, Unmanaged> lat(buffer.data(), s.batch, s.keys, s.latent_dim);
   Kokkos::deep_copy(lat, p.latent);
   View4<TypeParam, Unmanaged> out(buffer.data() + lat.span() - 1, s.batch, s.queries, s.heads, s.head_dim);
@@ -111,7 +114,8 @@ TYPED_TEST(BadInput, NonContiguousView) {
     attention(Space(), p.q, padded, p.w_uk, p.w_uv, p.out);
     ADD_FAILURE() << "no exception";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("latent (1, 2, 100) is not contiguous"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("latent (1, 2, 100) is not contiguous"), std::string::npos)
+        << e.what();
   }
   for (double x : Problem<TypeParam>::host_copy(p.out)) ASSERT_EQ(x, -7.25);
 }

@@ -11,12 +11,12 @@
 
 static int failures = 0;
 
-#define CHECK(cond)                                                  \
-  do {                                                               \
-    if (!(cond)) {                                                   \
+#define CHECK(cond)                                                            \
+  do {                                                                         \
+    if (!(cond)) {                                                             \
       fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                    \
-    }                                                                \
+      ++failures;                                                              \
+    }                                                                          \
   } while (0)
 
 /* Expects status from a call and, when non-NULL, piece in kokkosmla_last_error(). */
@@ -48,8 +48,8 @@ static void fill(double* x, size_t n, unsigned seed, double scale) {
 }
 
 /* out (B, T, H, D): decompress K and V, then a two-pass softmax per query. */
-static void reference(shape s, const double* q, const double* latent, const double* w_uk,
-                      const double* w_uv, double scale, int causal, double* out) {
+static void reference(shape s, const double* q, const double* latent, const double* w_uk, const double* w_uv,
+                      double scale, int causal, double* out) {
   const size_t kv = (size_t)(s.B * s.S * s.H * s.D);
   double* k = malloc(kv * sizeof(double));
   double* v = malloc(kv * sizeof(double));
@@ -106,8 +106,8 @@ static double max_difference(const double* a, const double* b, size_t n) {
 /* One problem: host inputs and reference, device copies. */
 typedef struct {
   shape s;
-  double *q, *latent, *w_uk, *w_uv, *out;            /* host */
-  double *dq, *dlatent, *dw_uk, *dw_uv, *dout;       /* default memory space */
+  double *q, *latent, *w_uk, *w_uv, *out;      /* host */
+  double *dq, *dlatent, *dw_uk, *dw_uv, *dout; /* default memory space */
 } problem;
 
 static double* to_device(const double* host, size_t n) {
@@ -166,8 +166,8 @@ static double error_of(const problem* p, const kokkosmla_options* opt) {
 
 static int run_d(const problem* p, const kokkosmla_options* opt) {
   const shape s = p->s;
-  return kokkosmla_attention_d(p->dq, p->dlatent, p->dw_uk, p->dw_uv, p->dout, s.B, s.T, s.S, s.H, s.D,
-                               s.R, opt);
+  return kokkosmla_attention_d(p->dq, p->dlatent, p->dw_uk, p->dw_uv, p->dout, s.B, s.T, s.S, s.H, s.D, s.R,
+                               opt);
 }
 
 static void test_double_against_reference(void) {
@@ -268,18 +268,18 @@ static void test_errors(void) {
   double* sentinel = malloc(q_size(s) * sizeof(double));
   memcpy(sentinel, p.out, q_size(s) * sizeof(double));
 
-  EXPECT_ERROR(kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, 2, s.H, s.D, s.R,
-                                     &opt),
-               KOKKOSMLA_ERROR_INVALID_ARGUMENT, "kokkosmla_attention_d: S = 2 keys < T = 3 queries");
-  EXPECT_ERROR(kokkosmla_attention_d(NULL, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, s.S, s.H, s.D,
-                                     s.R, &opt),
-               KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q is NULL");
-  EXPECT_ERROR(kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, s.S, -1, s.D, s.R,
-                                     &opt),
-               KOKKOSMLA_ERROR_INVALID_ARGUMENT, "H = -1");
-  EXPECT_ERROR(kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dq, s.B, s.T, s.S, s.H, s.D, s.R,
-                                     &opt),
-               KOKKOSMLA_ERROR_INVALID_ARGUMENT, "out aliases q");
+  EXPECT_ERROR(
+      kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, 2, s.H, s.D, s.R, &opt),
+      KOKKOSMLA_ERROR_INVALID_ARGUMENT, "kokkosmla_attention_d: S = 2 keys < T = 3 queries");
+  EXPECT_ERROR(
+      kokkosmla_attention_d(NULL, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, s.S, s.H, s.D, s.R, &opt),
+      KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q is NULL");
+  EXPECT_ERROR(
+      kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dout, s.B, s.T, s.S, -1, s.D, s.R, &opt),
+      KOKKOSMLA_ERROR_INVALID_ARGUMENT, "H = -1");
+  EXPECT_ERROR(
+      kokkosmla_attention_d(p.dq, p.dlatent, p.dw_uk, p.dw_uv, p.dq, s.B, s.T, s.S, s.H, s.D, s.R, &opt),
+      KOKKOSMLA_ERROR_INVALID_ARGUMENT, "out aliases q");
   opt.algorithm = 9;
   EXPECT_ERROR(run_d(&p, &opt), KOKKOSMLA_ERROR_INVALID_ARGUMENT, "opt->algorithm = 9");
   opt = kokkosmla_options_default();

@@ -22,7 +22,8 @@ std::uint64_t env_or(const char* name, std::uint64_t fallback) {
 
 /// Sizes from 1 to `most`, biased to small values, primes and tile edges.
 std::int64_t draw_extent(std::mt19937_64& rng, std::int64_t most) {
-  static const std::int64_t special[] = {1, 2, 3, 7, 8, 13, 16, 17, 31, 32, 33, 63, 64, 65, 127, 128, 129, 257};
+  static const std::int64_t special[] = {1,  2,  3,  7,  8,  13,  16,  17,  31,
+                                         32, 33, 63, 64, 65, 127, 128, 129, 257};
   std::uniform_int_distribution<int> pick(0, 3);
   std::int64_t x;
   if (pick(rng) == 0) {
@@ -63,7 +64,8 @@ using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Fuzz, Scalars);
 
 TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {
-  const std::uint64_t first = env_or("KOKKOSMLA_FUZZ_SEED", 20261129), cases = env_or("KOKKOSMLA_FUZZ_CASES", 150);
+  const std::uint64_t first = env_or("KOKKOSMLA_FUZZ_SEED", 20261129),
+                      cases = env_or("KOKKOSMLA_FUZZ_CASES", 150);
   for (std::uint64_t seed = first; seed < first + cases; ++seed) {
     const FuzzCase c = draw_case(seed);
     Problem<TypeParam> p(c.shape, seed);
@@ -83,11 +85,12 @@ TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {
 
 TYPED_TEST(Fuzz, RandomIllegalCasesAreRejectedUntouched) {
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
-  const std::uint64_t first = env_or("KOKKOSMLA_FUZZ_SEED", 20261129), cases = env_or("KOKKOSMLA_FUZZ_CASES", 150);
+  const std::uint64_t first = env_or("KOKKOSMLA_FUZZ_SEED", 20261129),
+                      cases = env_or("KOKKOSMLA_FUZZ_CASES", 150);
   for (std::uint64_t seed = first; seed < first + cases; ++seed) {
     std::mt19937_64 rng(seed);
-    Shape s{draw_extent(rng, 3), draw_extent(rng, 12), 0, draw_extent(rng, 4), draw_extent(rng, 9),
-            draw_extent(rng, 9)};
+    Shape s{draw_extent(rng, 3), draw_extent(rng, 12), 0,
+            draw_extent(rng, 4), draw_extent(rng, 9),  draw_extent(rng, 9)};
     s.keys = s.queries;
     Problem<TypeParam> p(s, seed);
     // Perturb one extent of one argument, or alias out with an input.
@@ -105,26 +108,37 @@ TYPED_TEST(Fuzz, RandomIllegalCasesAreRejectedUntouched) {
     };
     bool aliased = false;
     switch (which) {
-      case 0: q = View4<TypeParam>("q", s.batch + delta, s.queries, s.heads, s.head_dim); break;
+      case 0:
+        q = View4<TypeParam>("q", s.batch + delta, s.queries, s.heads, s.head_dim);
+        break;
       case 1:
         if (dim != 1) {
           latent = grown3(latent);
-        } else {  // more keys than queries is legal; fewer is not
+        } else {                         // more keys than queries is legal; fewer is not
           if (s.queries == 1) continue;  // zero keys: covered by BadInput.EmptyExtents
           latent = View3<TypeParam>("latent", s.batch, s.queries - 1, s.latent_dim);
         }
         break;
-      case 2: w_uk = grown3(w_uk); break;
-      case 3: w_uv = grown3(w_uv); break;
-      case 4: out = View4<TypeParam>("out", s.batch, s.queries, s.heads, s.head_dim + delta); break;
-      default: aliased = true; break;
+      case 2:
+        w_uk = grown3(w_uk);
+        break;
+      case 3:
+        w_uv = grown3(w_uv);
+        break;
+      case 4:
+        out = View4<TypeParam>("out", s.batch, s.queries, s.heads, s.head_dim + delta);
+        break;
+      default:
+        aliased = true;
+        break;
     }
     if (which == 4) Kokkos::deep_copy(out, TypeParam(-3.5));
     auto untouched = [&](const auto& v) {
       for (double x : Problem<TypeParam>::host_copy(v)) ASSERT_EQ(x, -3.5) << "KOKKOSMLA_FUZZ_SEED=" << seed;
     };
     if (aliased) {
-      View4<TypeParam, Unmanaged> over(const_cast<TypeParam*>(p.q.data()), s.batch, s.queries, s.heads, s.head_dim);
+      View4<TypeParam, Unmanaged> over(const_cast<TypeParam*>(p.q.data()), s.batch, s.queries, s.heads,
+                                       s.head_dim);
       const auto before = Problem<TypeParam>::host_copy(p.q);
       EXPECT_THROW(attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, over), std::invalid_argument)
           << "KOKKOSMLA_FUZZ_SEED=" << seed;

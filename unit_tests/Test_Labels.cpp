@@ -100,8 +100,8 @@ TEST(Labels, EveryKernelAndAllocationIsNamedKokkosMLA) {
       attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
       Space().fence();
     }
-    const std::string what = to_string(a) + ": kernels [" + joined(r.kernels) + "], allocations [" +
-                             joined(r.allocations) + "]";
+    const std::string what =
+        to_string(a) + ": kernels [" + joined(r.kernels) + "], allocations [" + joined(r.allocations) + "]";
     EXPECT_TRUE(r.unlabelled.empty()) << joined(r.unlabelled) << "\n" << what;
     EXPECT_TRUE(r.regions.empty()) << "unbalanced regions: " << joined(r.regions);
     EXPECT_TRUE(std::any_of(r.kernels.begin(), r.kernels.end(),

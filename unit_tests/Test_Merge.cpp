@@ -51,8 +51,8 @@ TYPED_TEST(Merge, LseMatchesReference) {
     bool causal;
     double scale;  // 0: the default
   };
-  const Case cases[] = {{{2, 17, 17, 3, 8, 12}, true, 0},  {{1, 5, 40, 2, 16, 33}, true, 0},
-                        {{1, 1, 1, 1, 1, 1}, true, 0},     {{2, 9, 23, 3, 5, 7}, false, 0},
+  const Case cases[] = {{{2, 17, 17, 3, 8, 12}, true, 0},     {{1, 5, 40, 2, 16, 33}, true, 0},
+                        {{1, 1, 1, 1, 1, 1}, true, 0},        {{2, 9, 23, 3, 5, 7}, false, 0},
                         {{1, 6, 31, 2, 16, 24}, false, 0.37}, {{3, 13, 13, 5, 11, 17}, true, 0}};
   for (const Case& c : cases)
     for (Algorithm a : kAlgorithms) {
@@ -119,7 +119,8 @@ void check_split(const Shape& s, std::int64_t split, bool causal_tail, Algorithm
   EXPECT_TRUE(close(Problem<T>::host_copy(lse), want_lse, 2 * tolerance<T>(), lse_shape(s))) << what;
   // And against the double reference, so that a shared mistake cannot hide.
   std::vector<double> ref_lse;
-  EXPECT_TRUE(close(Problem<T>::host_copy(p.out), reference(p, whole, &ref_lse), 2 * tolerance<T>(), s)) << what;
+  EXPECT_TRUE(close(Problem<T>::host_copy(p.out), reference(p, whole, &ref_lse), 2 * tolerance<T>(), s))
+      << what;
   EXPECT_TRUE(close(Problem<T>::host_copy(lse), ref_lse, 2 * tolerance<T>(), lse_shape(s))) << what;
 
   // In place: the a pair accumulates b.

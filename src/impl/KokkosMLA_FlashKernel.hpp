@@ -79,8 +79,7 @@ struct FlashAttentionKernel {
     const Mat<T> ps{base + l.p, tiles.key_tile}, os{base + l.o, dim};
     const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
 
-    team_copy(team, rows, d, Mat<const T>{q + ((b * queries + t0) * heads + h) * dim, row_stride},
-              qs);
+    team_copy(team, rows, d, Mat<const T>{q + ((b * queries + t0) * heads + h) * dim, row_stride}, qs);
     softmax_init(team, rows, st);
     const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     auto last_key = [&](int i) { return causal ? offset + t0 + i : keys - 1; };
@@ -89,11 +88,11 @@ struct FlashAttentionKernel {
       const std::int64_t kv0 = ((b * keys + s0) * heads + h) * dim;
       team_copy(team, n, d, Mat<const T>{k + kv0, row_stride}, ks);
       team_copy(team, n, d, Mat<const T>{v + kv0, row_stride}, vs);
-      team_gemm(team, rows, n, d, scale, Mat<const T>{qs.ptr, qs.ld},
-                TransposedB<T>{ks.ptr, ks.ld}, ps, static_cast<const T*>(nullptr), false);
+      team_gemm(team, rows, n, d, scale, Mat<const T>{qs.ptr, qs.ld}, TransposedB<T>{ks.ptr, ks.ld}, ps,
+                static_cast<const T*>(nullptr), false);
       softmax_update(team, rows, n, s0, last_key, ps, st);
-      team_gemm(team, rows, d, n, T(1), Mat<const T>{ps.ptr, ps.ld}, PlainB<T>{vs.ptr, vs.ld}, os,
-                st.rescale, s0 > 0);
+      team_gemm(team, rows, d, n, T(1), Mat<const T>{ps.ptr, ps.ld}, PlainB<T>{vs.ptr, vs.ld}, os, st.rescale,
+                s0 > 0);
     }
     softmax_normalize(team, rows, d, os, st);
     if (lse) {

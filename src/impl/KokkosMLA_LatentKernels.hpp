@@ -77,12 +77,8 @@ struct LatentKernel {
     return ScratchView::shmem_size(layout(t, d, r).total);
   }
 
-  KOKKOS_INLINE_FUNCTION int token_tiles() const {
-    return int((queries + tiles.tokens - 1) / tiles.tokens);
-  }
-  KOKKOS_INLINE_FUNCTION int head_groups() const {
-    return int((heads + tiles.heads - 1) / tiles.heads);
-  }
+  KOKKOS_INLINE_FUNCTION int token_tiles() const { return int((queries + tiles.tokens - 1) / tiles.tokens); }
+  KOKKOS_INLINE_FUNCTION int head_groups() const { return int((heads + tiles.heads - 1) / tiles.heads); }
   int league_size() const { return int(batch * head_groups() * token_tiles()); }
 
   /// The rows a team owns.
@@ -108,11 +104,10 @@ struct LatentKernel {
   /// Copies the block's rows between a (B, T, H, width) tensor and a rows x width
   /// matrix in scratch, one head's tokens at a time (those rows are evenly strided).
   template <bool ToScratch>
-  KOKKOS_INLINE_FUNCTION void move_rows(const Member& team, const Block& k, T* tensor,
-                                        std::int64_t width, Mat<T> rows) const {
+  KOKKOS_INLINE_FUNCTION void move_rows(const Member& team, const Block& k, T* tensor, std::int64_t width,
+                                        Mat<T> rows) const {
     for (int g = 0; g < k.heads; ++g) {
-      const Mat<T> global{tensor + ((k.b * queries + k.t0) * heads + k.h0 + g) * width,
-                          heads * width};
+      const Mat<T> global{tensor + ((k.b * queries + k.t0) * heads + k.h0 + g) * width, heads * width};
       const Mat<T> local{rows.ptr + std::int64_t(g) * k.tokens * rows.ld, rows.ld};
       if (ToScratch)
         team_copy(team, k.tokens, int(width), Mat<const T>{global.ptr, global.ld}, local);
@@ -122,8 +117,8 @@ struct LatentKernel {
   }
 
   /// qa = scale * q_rows . w_uk[:, h, :]^T, head by head, w_uk staged in chunks.
-  KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const Block& k, Mat<T> q_rows,
-                                     T* stage, Mat<T> qa) const {
+  KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const Block& k, Mat<T> q_rows, T* stage,
+                                     Mat<T> qa) const {
     const int d = int(dim);
     for (int g = 0; g < k.heads; ++g) {
       const std::int64_t row0 = std::int64_t(g) * k.tokens;
@@ -139,8 +134,8 @@ struct LatentKernel {
   }
 
   /// oa = softmax_causal(qa . latent^T) . latent, normalised; latent staged in tiles.
-  KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, T* stage,
-                                     Mat<T> p, SoftmaxRows<T> st, Mat<T> oa) const {
+  KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, T* stage, Mat<T> p,
+                                     SoftmaxRows<T> st, Mat<T> oa) const {
     const int rows = k.rows(), r = int(rank);
     const std::int64_t offset = keys - queries;  // query t sits at key position offset + t
     const std::int64_t key_end = causal ? min_of(keys, offset + k.t0 + k.tokens) : keys;
@@ -148,13 +143,12 @@ struct LatentKernel {
     softmax_init(team, rows, st);
     for (std::int64_t s0 = 0; s0 < key_end; s0 += tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(tiles.key_tile, key_end - s0));
-      team_copy(team, n, r, Mat<const T>{latent + (k.b * keys + s0) * rank, rank},
-                Mat<T>{stage, rank + 1});
-      team_gemm(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld}, TransposedB<T>{stage, rank + 1},
-                p, static_cast<const T*>(nullptr), false);
+      team_copy(team, n, r, Mat<const T>{latent + (k.b * keys + s0) * rank, rank}, Mat<T>{stage, rank + 1});
+      team_gemm(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld}, TransposedB<T>{stage, rank + 1}, p,
+                static_cast<const T*>(nullptr), false);
       softmax_update(team, rows, n, s0, last_key, p, st);
-      team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{stage, rank + 1}, oa,
-                st.rescale, s0 > 0);
+      team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{stage, rank + 1}, oa, st.rescale,
+                s0 > 0);
     }
     softmax_normalize(team, rows, r, oa, st);
     if (lse) {
@@ -162,9 +156,8 @@ struct LatentKernel {
       T* const lse_block = lse + (k.b * queries + k.t0) * heads + k.h0;
       const std::int64_t h_count = heads;
       const int tokens = k.tokens;
-      softmax_log_sum_exp(team, rows, st, [=](int i) -> T& {
-        return lse_block[(i % tokens) * h_count + i / tokens];
-      });
+      softmax_log_sum_exp(team, rows, st,
+                          [=](int i) -> T& { return lse_block[(i % tokens) * h_count + i / tokens]; });
     }
   }
 

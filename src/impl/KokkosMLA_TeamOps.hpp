@@ -79,9 +79,8 @@ KOKKOS_INLINE_FUNCTION void team_gemm_blocked(const Member& team, int M, int N, 
 /// The team product with the largest register block (4x4, 2x2 or 1x1) that
 /// still gives every thread of the team work. Ends with a team barrier.
 template <class Member, class T, class BAccess>
-KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T alpha,
-                                      Mat<const T> A, BAccess B, Mat<T> C, const T* row_scale,
-                                      bool accumulate) {
+KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T alpha, Mat<const T> A,
+                                      BAccess B, Mat<T> C, const T* row_scale, bool accumulate) {
   const int threads = team.team_size();
   if (((M + 3) / 4) * ((N + 3) / 4) >= threads)
     team_gemm_blocked<4, 4>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
@@ -94,8 +93,7 @@ KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T
 
 /// Copies a rows x cols block; ends with a team barrier.
 template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from,
-                                      Mat<T> to) {
+KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from, Mat<T> to) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
     const int i = e / cols, j = e % cols;
     to(i, j) = from(i, j);
@@ -125,9 +123,8 @@ KOKKOS_INLINE_FUNCTION void softmax_init(const Member& team, int rows, SoftmaxRo
 /// relative to the updated running max, masking keys past each row's causal
 /// limit: row i may see key positions <= row_last_key(i). Ends with a barrier.
 template <class Member, class T, class LastKey>
-KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int keys,
-                                           std::int64_t first_key, LastKey row_last_key, Mat<T> P,
-                                           SoftmaxRows<T> st) {
+KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int keys, std::int64_t first_key,
+                                           LastKey row_last_key, Mat<T> P, SoftmaxRows<T> st) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
     const std::int64_t last = row_last_key(i);
     const int visible = int(max_of(std::int64_t(0), min_of(std::int64_t(keys), last - first_key + 1)));

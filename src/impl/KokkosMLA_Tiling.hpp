@@ -46,8 +46,7 @@ struct Fitted {
 /// Halves one tile dimension at a time (shrink returns false when none can
 /// shrink) until bytes(tiles) fits level 0; otherwise uses level 1.
 template <class Tiles, class Bytes, class Shrink>
-Fitted<Tiles> fit(const Tiles& preferred, const Backend& be, Bytes bytes, Shrink shrink,
-                  const char* kernel) {
+Fitted<Tiles> fit(const Tiles& preferred, const Backend& be, Bytes bytes, Shrink shrink, const char* kernel) {
   Tiles t = preferred;
   while (bytes(t) > be.scratch_max[0] && shrink(t)) {
   }
@@ -107,8 +106,8 @@ Fitted<LatentTiles> latent_tiles(const Shape& s, const Backend& be) {
       x.key_tile = halve(x.key_tile, 1);
       x.weight_chunk = halve(x.weight_chunk, 1);
     }
-    return x.key_tile != old.key_tile || x.weight_chunk != old.weight_chunk ||
-           x.heads != old.heads || x.tokens != old.tokens;
+    return x.key_tile != old.key_tile || x.weight_chunk != old.weight_chunk || x.heads != old.heads ||
+           x.tokens != old.tokens;
   };
   return fit(t, be, bytes, shrink, "latent attention");
 }

@@ -10,7 +10,8 @@ int main(int argc, char** argv) {
   static_assert(KOKKOSMLA_VERSION >= 100, "version macro");
   const int B = 2, H = 3, D = 4, R = 5;
   Kokkos::View<double****, Kokkos::LayoutRight> q("q", B, 1, H, D), out("out", B, 1, H, D);
-  Kokkos::View<double***, Kokkos::LayoutRight> latent("latent", B, 1, R), w_uk("w_uk", R, H, D), w_uv("w_uv", R, H, D);
+  Kokkos::View<double***, Kokkos::LayoutRight> latent("latent", B, 1, R), w_uk("w_uk", R, H, D),
+      w_uv("w_uv", R, H, D);
   auto hl = Kokkos::create_mirror_view(latent);
   auto hw = Kokkos::create_mirror_view(w_uv);
   for (int i = 0; i < B * R; ++i) hl.data()[i] = 0.5 + i;
