@@ -8,6 +8,9 @@
 
 #include <cmath>
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <stdexcept>
 #include <random>
 #include <sstream>
 #include <string>
@@ -142,6 +145,23 @@ inline ::testing::AssertionResult close(const std::vector<double>& got, const st
     << ", reference " << want[worst] << ", error " << worst_err << " > " << tol << " * " << peak << " for "
     << to_string(s);
   return ::testing::AssertionFailure() << o.str();
+}
+
+/// Runs call, expects std::invalid_argument holding every piece of expected,
+/// and checks that untouched still holds the sentinel -7.25 (written first).
+template <class T, class V>
+void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> expected,
+                     const V& untouched) {
+  Kokkos::deep_copy(untouched, T(-7.25));
+  try {
+    call();
+    ADD_FAILURE() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    const std::string what = e.what();
+    for (const std::string& piece : expected)
+      EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
+  }
+  for (double x : Problem<T>::host_copy(untouched)) ASSERT_EQ(x, -7.25) << "output was written";
 }
 
 }  // namespace Test

@@ -188,23 +188,6 @@ TYPED_TEST(Merge, FormulaAndEmptySides) {
   EXPECT_EQ(hl(0, 0, 3), -inf);
 }
 
-/// Runs call, expects std::invalid_argument holding every piece, and checks
-/// that untouched still holds the sentinel -7.25.
-template <class T, class V>
-void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> expected,
-                     const V& untouched) {
-  Kokkos::deep_copy(untouched, T(-7.25));
-  try {
-    call();
-    ADD_FAILURE() << "no exception";
-  } catch (const std::invalid_argument& e) {
-    const std::string what = e.what();
-    for (const std::string& piece : expected)
-      EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
-  }
-  for (double x : Problem<T>::host_copy(untouched)) ASSERT_EQ(x, -7.25) << "output was written";
-}
-
 TYPED_TEST(Merge, BadLse) {
   using T = TypeParam;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
