@@ -21,6 +21,12 @@ namespace Test {
 
 using Space = Kokkos::DefaultExecutionSpace;
 
+/// The scalar types every typed test runs over.
+using Scalars = ::testing::Types<float, double>;
+
+/// Every concrete algorithm (Auto resolves to one of these).
+constexpr Algorithm kAlgorithms[] = {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed};
+
 template <class T, class... Traits>
 using View4 = Kokkos::View<T****, Kokkos::LayoutRight, Space, Traits...>;
 template <class T, class... Traits>

@@ -74,10 +74,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionShapes, ::testing::ValuesIn(all_cases(
 
 template <class T>
 class AttentionTyped : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(AttentionTyped, Scalars);
-
-constexpr Algorithm kAlgorithms[] = {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed};
 
 TYPED_TEST(AttentionTyped, NonCausalAndCustomScale) {
   for (Algorithm a : kAlgorithms)

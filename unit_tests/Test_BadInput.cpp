@@ -29,7 +29,6 @@ class BadInput : public ::testing::Test {
   }
 };
 
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(BadInput, Scalars);
 
 TYPED_TEST(BadInput, ExtentMismatches) {

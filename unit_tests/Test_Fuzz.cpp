@@ -60,7 +60,6 @@ FuzzCase draw_case(std::uint64_t seed) {
 
 template <class T>
 class Fuzz : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Fuzz, Scalars);
 
 TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {

@@ -75,7 +75,7 @@ TEST(Huge, LatentBeyond32BitIndices) {
       }
     }
   const Shape s{1, T, S, H, D, R};
-  for (Algorithm a : {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+  for (Algorithm a : kAlgorithms) {
     Options opt;
     opt.algorithm = a;
     Problem<float>::poison(out);

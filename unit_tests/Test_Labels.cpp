@@ -86,7 +86,7 @@ std::string joined(const std::vector<std::string>& names) {
 TEST(Labels, EveryKernelAndAllocationIsNamedKokkosMLA) {
   const Shape s{2, 5, 7, 3, 4, 6};
   Problem<float> p(s, 1);  // the test's own views, made before recording starts
-  for (Algorithm a : {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+  for (Algorithm a : kAlgorithms) {
     Options opt;
     opt.algorithm = a;
     Recorder r;

@@ -13,10 +13,7 @@ namespace {
 
 template <class T>
 class Merge : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Merge, Scalars);
-
-constexpr Algorithm kAlgorithms[] = {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed};
 
 /// close() reports positions as out(b, t, h, d); an lse has d = 0 always.
 Shape lse_shape(Shape s) {

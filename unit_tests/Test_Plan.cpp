@@ -8,12 +8,11 @@ namespace {
 
 template <class T>
 class PlanTest : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(PlanTest, Scalars);
 
 TYPED_TEST(PlanTest, ReuseOnNewInputsMatchesReference) {
   const Shape s{2, 21, 21, 3, 8, 10};
-  for (Algorithm a : {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+  for (Algorithm a : kAlgorithms) {
     Options opt;
     opt.algorithm = a;
     Plan<TypeParam, Space> plan(Space(), s, opt);

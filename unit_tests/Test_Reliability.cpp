@@ -9,10 +9,7 @@ namespace {
 
 template <class T>
 class Reliability : public ::testing::Test {};
-using Scalars = ::testing::Types<float, double>;
 TYPED_TEST_SUITE(Reliability, Scalars);
-
-constexpr Algorithm kAlgorithms[] = {Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed};
 
 // Two plans on two instances at once give what they give one after the other.
 TYPED_TEST(Reliability, ConcurrentPlansOnTwoInstancesMatchSequential) {
