@@ -5,4 +5,5 @@
 #include <KokkosMLA_Options.hpp>
 #include <KokkosMLA_Attention.hpp>
 #include <KokkosMLA_Merge.hpp>
+#include <KokkosMLA_Cache.hpp>
 #endif

@@ -25,6 +25,14 @@ struct Options {
   Algorithm algorithm = Algorithm::Auto;
   /// Print the chosen algorithm and tiles to stderr when a Plan is made.
   bool verbose = false;
+  /// Cache attention: into how many parts each sequence's keys are split, one
+  /// team per part, merged by log-sum-exp (flash-decoding); 0 lets the plan
+  /// choose from the number of query rows and the backend.
+  int kv_splits = 0;
+  /// Cache attention and append_to_cache: copy seqlens and the block table to
+  /// the host and check every entry before launching. That synchronises with
+  /// the device; a serving loop that guarantees valid indices may turn it off.
+  bool check_cache_indices = true;
 };
 
 /// Extents of one problem: q (batch, queries, heads, head_dim),

@@ -1,8 +1,9 @@
-// Plans and runs the three algorithms; the only file that launches kernels.
+// Plans and runs the three algorithms of attention().
 
 #include <KokkosMLA_Attention.hpp>
 
 #include "impl/KokkosMLA_CostModel.hpp"
+#include "impl/KokkosMLA_Launch.hpp"
 
 #include <climits>
 #include <cmath>
@@ -21,8 +22,8 @@ CostInputs cost_inputs(const ExecSpace& exec, const Shape& s, const Options& opt
   in.causal = opt.causal;
   in.backend = backend_of(exec);
   in.scalar_bytes = sizeof(T);
-  in.fused = latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend).tiles;
-  in.attend = latent_tiles<ExecSpace, T, LatentStep::Attend>(s, in.backend).tiles;
+  in.fused = latent_tiles(latent_kernel<ExecSpace, T, LatentStep::Fused>(s), s.keys, in.backend).tiles;
+  in.attend = latent_tiles(latent_kernel<ExecSpace, T, LatentStep::Attend>(s), s.keys, in.backend).tiles;
   in.flash = flash_tiles<ExecSpace, T>(s, in.backend).tiles;
   return in;
 }
@@ -60,46 +61,32 @@ LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& o
       apply(c, flash_tiles<ExecSpace, T>(s, in.backend));
       break;
     case Algorithm::Absorbed:
-      apply(c, latent_tiles<ExecSpace, T, LatentStep::Attend>(s, in.backend));
+      apply(c, latent_tiles(latent_kernel<ExecSpace, T, LatentStep::Attend>(s), s.keys, in.backend));
       break;
     default:
-      apply(c, latent_tiles<ExecSpace, T, LatentStep::Fused>(s, in.backend));
+      apply(c, latent_tiles(latent_kernel<ExecSpace, T, LatentStep::Fused>(s), s.keys, in.backend));
       break;
   }
   return c;
 }
 
-/// Launches kernel k with its scratch, as many threads per team as asked for
-/// and the backend allows for this kernel.
-template <class ExecSpace, class Kernel>
-void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_size,
-            std::size_t scratch_bytes) {
-  if (k.league_size() <= 0) throw std::invalid_argument(std::string(label) + ": too many teams");
-  Kokkos::TeamPolicy<ExecSpace> probe(exec, k.league_size(), 1);
-  probe.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
-  const int allowed = probe.team_size_max(k, Kokkos::ParallelForTag());
-  Kokkos::TeamPolicy<ExecSpace> policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
-  policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
-  Kokkos::parallel_for(label, policy, k);
-}
-
+/// A latent kernel of the plan's shape and tiles on the caller's data.
 template <class ExecSpace, class T, LatentStep Step>
-LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s, const LaunchConfig& c, T scale, bool causal,
-                                               const T* q, const T* latent, const T* w_uk, const T* w_uv,
-                                               T* out, T* lse, T* workspace) {
-  LatentKernel<ExecSpace, T, Step> k{
-      q,      latent,  w_uk,       w_uv,         out,           lse,   workspace, s.batch, s.queries,
-      s.keys, s.heads, s.head_dim, s.latent_dim, LatentTiles{}, scale, causal,    0};
-  k.tiles = {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
+LatentKernel<ExecSpace, T, Step> bound_latent_kernel(const Shape& s, const LaunchConfig& c, T scale,
+                                                     bool causal, const T* q, const T* latent, const T* w_uk,
+                                                     const T* w_uv, T* out, T* lse, T* workspace) {
+  LatentKernel<ExecSpace, T, Step> k = latent_kernel<ExecSpace, T, Step>(s);
+  k.tiles = latent_tiles_of(c);
+  k.scale = scale;
+  k.causal = causal;
+  k.q = q;
+  k.cache.latent = latent;
+  k.w_uk = w_uk;
+  k.w_uv = w_uv;
+  k.out = out;
+  k.lse = lse;
+  k.workspace = workspace;
   return k;
-}
-
-template <class ExecSpace, class T, LatentStep Step>
-void launch_latent(const ExecSpace& exec, const char* label, LatentKernel<ExecSpace, T, Step> k,
-                   const LaunchConfig& c) {
-  const std::size_t bytes = k.scratch_bytes(k.tiles, k.dim, k.rank);
-  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
-  launch(exec, label, k, c.team_size, bytes);
 }
 
 }  // namespace
@@ -159,7 +146,7 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
     case Algorithm::Auto:
     case Algorithm::Fused:
       launch_latent(exec, "KokkosMLA::Fused",
-                    latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
+                    bound_latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
                         s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
                         out.data(), lse, nullptr),
                     config_);
@@ -168,7 +155,7 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       // Only the attend step has the softmax state, so only it writes lse.
       auto args = [&](auto step) {
         constexpr LatentStep step_value = decltype(step)::value;
-        return latent_kernel<ExecSpace, Scalar, step_value>(
+        return bound_latent_kernel<ExecSpace, Scalar, step_value>(
             s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(),
             step_value == LatentStep::Attend ? lse : nullptr, ws);
       };

@@ -3,6 +3,8 @@
 
 #include <KokkosMLA_Attention.hpp>
 
+#include "impl/KokkosMLA_CacheChecks.hpp"
+
 #include <cmath>
 #include <sstream>
 #include <stdexcept>
@@ -35,6 +37,13 @@ FlopCount flop_count(const Shape& s, bool causal) {
                D = double(s.head_dim), R = double(s.latent_dim);
   const double pairs = causal ? T * (S - T) + T * (T + 1) / 2 : T * S;
   return {4 * B * S * R * H * D + 4 * B * H * D * pairs, 4 * B * T * H * D * R + 4 * B * H * R * pairs};
+}
+
+std::string to_string(const CacheShape& s) {
+  std::ostringstream o;
+  o << "(B=" << s.batch << ", Tq=" << s.queries << ", H=" << s.heads << ", D=" << s.head_dim
+    << ", R=" << s.latent_dim << ", Dr=" << s.rope_dim << ", capacity=" << s.capacity << ")";
+  return o.str();
 }
 
 namespace Impl {
@@ -152,6 +161,158 @@ void validate_options(const char* caller, const Options& opt) {
 void require_same_shape(const char* caller, const Shape& planned, const Shape& given) {
   if (planned != given)
     fail(caller, "views of shape " + to_string(given) + " given to a plan made for " + to_string(planned));
+}
+
+namespace {
+
+/// The cache arrays against each other and the batch; returns (page size, capacity, pages).
+struct CacheExtents {
+  std::int64_t width, page_size, capacity;
+};
+CacheExtents validate_cache_storage(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
+                                    const ArgInfo& block_table, const ArgInfo& seqlens,
+                                    const ArgInfo& batch_of, std::int64_t rope_dim) {
+  require_usable(caller, latent);
+  require_usable(caller, seqlens);
+  require_equal(caller, seqlens, 0, batch_of, 0);
+  if (!absent(k_rope)) {
+    require_usable(caller, k_rope);
+    if (rope_dim == 0) fail(caller, extents_of(k_rope) + " given, but no RoPE queries (q_rope) or keys");
+    require_equal(caller, k_rope, 0, latent, 0);
+    require_equal(caller, k_rope, 1, latent, 1);
+  }
+  std::int64_t per_sequence = 1;
+  if (absent(block_table)) {
+    require_equal(caller, latent, 0, batch_of, 0);
+  } else {
+    require_usable(caller, block_table);
+    require_equal(caller, block_table, 0, batch_of, 0);
+    per_sequence = block_table.extent[1];
+  }
+  return {latent.extent[2], latent.extent[1], per_sequence * latent.extent[1]};
+}
+
+/// latent is R wide, or R + Dr wide in the packed layout (no separate k_rope).
+void require_latent_width(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope, std::int64_t rank,
+                          std::int64_t rope_dim, const char* rank_from) {
+  const bool packed = rope_dim > 0 && absent(k_rope);
+  const std::int64_t want = rank + (packed ? rope_dim : 0);
+  if (latent.extent[2] != want) {
+    std::ostringstream o;
+    o << latent.name << ".extent(2) = " << latent.extent[2] << " but " << rank_from << " gives R = " << rank;
+    if (packed) o << " and the packed layout needs R + Dr = " << want;
+    fail(caller, o.str());
+  }
+}
+
+}  // namespace
+
+CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
+  for (const ArgInfo* x : {&a.q, &a.w_uk, &a.w_uv, &a.out}) require_usable(caller, *x);
+  require_equal(caller, a.w_uk, 1, a.q, 2);  // heads
+  require_equal(caller, a.w_uk, 2, a.q, 3);  // head dim
+  for (int i = 0; i < 3; ++i) require_equal(caller, a.w_uv, i, a.w_uk, i);
+  for (int i = 0; i < 4; ++i) require_equal(caller, a.out, i, a.q, i);
+  std::int64_t rope_dim = 0;
+  if (!absent(a.q_rope)) {
+    require_usable(caller, a.q_rope);
+    for (int i = 0; i < 3; ++i) require_equal(caller, a.q_rope, i, a.q, i);
+    rope_dim = a.q_rope.extent[3];
+    if (!absent(a.k_rope)) require_equal(caller, a.k_rope, 2, a.q_rope, 3);
+  }
+  const CacheExtents c =
+      validate_cache_storage(caller, a.latent, a.k_rope, a.block_table, a.seqlens, a.q, rope_dim);
+  require_latent_width(caller, a.latent, a.k_rope, a.w_uk.extent[0], rope_dim, "w_uk.extent(0)");
+  if (!absent(a.lse)) {
+    require_usable(caller, a.lse);
+    for (int i = 0; i < 3; ++i) require_equal(caller, a.lse, i, a.q, i);
+  }
+  if (c.capacity < a.q.extent[1])
+    fail(caller, "the cache holds at most " + std::to_string(c.capacity) +
+                     " tokens per sequence but q.extent(1) = " + std::to_string(a.q.extent[1]) + " queries");
+  for (const ArgInfo* result : {&a.out, &a.lse})
+    for (const ArgInfo* x :
+         {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table, &a.seqlens})
+      if (overlaps(*result, *x)) fail(caller, std::string(result->name) + " aliases " + extents_of(*x));
+  if (overlaps(a.out, a.lse)) fail(caller, "out aliases " + extents_of(a.lse));
+  CacheShape s;
+  s.batch = a.q.extent[0];
+  s.queries = a.q.extent[1];
+  s.heads = a.q.extent[2];
+  s.head_dim = a.q.extent[3];
+  s.latent_dim = a.w_uk.extent[0];
+  s.rope_dim = rope_dim;
+  s.capacity = c.capacity;
+  validate_cache_shape(caller, s);
+  return s;
+}
+
+std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
+                                     const ArgInfo& block_table, const ArgInfo& seqlens,
+                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope) {
+  require_usable(caller, new_latent);
+  std::int64_t rope_dim = 0;
+  if (!absent(new_k_rope)) {
+    require_usable(caller, new_k_rope);
+    require_equal(caller, new_k_rope, 0, new_latent, 0);
+    require_equal(caller, new_k_rope, 1, new_latent, 1);
+    rope_dim = new_k_rope.extent[2];
+    if (!absent(k_rope)) require_equal(caller, new_k_rope, 2, k_rope, 2);
+  } else if (!absent(k_rope)) {
+    fail(caller, "the cache has " + extents_of(k_rope) + " but new_k_rope is empty");
+  }
+  const CacheExtents c =
+      validate_cache_storage(caller, latent, k_rope, block_table, seqlens, new_latent, rope_dim);
+  require_latent_width(caller, latent, k_rope, new_latent.extent[2], rope_dim, "new_latent.extent(2)");
+  if (c.capacity < new_latent.extent[1])
+    fail(caller,
+         "the cache holds at most " + std::to_string(c.capacity) +
+             " tokens per sequence but new_latent.extent(1) = " + std::to_string(new_latent.extent[1]));
+  for (const ArgInfo* x : {&new_latent, &new_k_rope, &block_table, &seqlens})
+    for (const ArgInfo* cache : {&latent, &k_rope})
+      if (overlaps(*cache, *x)) fail(caller, std::string(cache->name) + " aliases " + extents_of(*x));
+  return new_latent.extent[1];
+}
+
+void validate_cache_shape(const char* caller, const CacheShape& s) {
+  const std::int64_t e[] = {s.batch, s.queries, s.heads, s.head_dim, s.latent_dim, s.capacity};
+  for (std::int64_t x : e)
+    if (x <= 0) fail(caller, "every extent must be positive: " + to_string(s));
+  if (s.rope_dim < 0) fail(caller, "rope_dim < 0: " + to_string(s));
+  if (s.capacity < s.queries) fail(caller, "capacity < queries: " + to_string(s));
+  for (std::int64_t x : {s.batch, s.queries, s.heads, s.head_dim, s.latent_dim, s.rope_dim, s.capacity})
+    if (x > std::int64_t(1) << 30) fail(caller, "an extent exceeds 2^30: " + to_string(s));
+}
+
+void require_same_cache_shape(const char* caller, const CacheShape& planned, const CacheShape& given) {
+  if (planned != given)
+    fail(caller,
+         "arguments of shape " + to_string(given) + " given to a plan made for " + to_string(planned));
+}
+
+void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t batch, const int* table,
+                            std::int64_t table_ld, std::int64_t page_size, std::int64_t pages,
+                            std::int64_t min_length, std::int64_t capacity) {
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t length = seqlens[b];
+    if (length < min_length || length > capacity) {
+      std::ostringstream o;
+      o << "cache.seqlens(" << b << ") = " << length << " is outside [" << min_length << ", " << capacity
+        << "]: a sequence holds at least its " << min_length
+        << " new tokens and at most the cache's capacity";
+      fail(caller, o.str());
+    }
+    if (!table) continue;
+    for (std::int64_t p = 0; p < (length + page_size - 1) / page_size; ++p) {
+      const int page = table[b * table_ld + p];
+      if (page < 0 || page >= pages) {
+        std::ostringstream o;
+        o << "cache.block_table(" << b << ", " << p << ") = " << page
+          << " but cache.latent.extent(0) = " << pages << " pages";
+        fail(caller, o.str());
+      }
+    }
+  }
 }
 
 }  // namespace Impl

@@ -1,22 +1,60 @@
 #ifndef KOKKOSMLA_LATENTKERNELS_HPP
 #define KOKKOSMLA_LATENTKERNELS_HPP
-// Attention in the latent space (Algorithm::Fused and Algorithm::Absorbed).
+// Attention in the latent space (Algorithm::Fused and Algorithm::Absorbed, and
+// attention over a latent cache).
 //
 // A team owns a block of rows: `heads` consecutive heads times `tokens`
 // consecutive query tokens of one batch element, stored head-major (row
 // g * tokens + i is head h0 + g, token t0 + i). Every row reads the same
 // latent tiles, so one staged tile serves all heads of the team. Three steps:
 //   absorb:     qa = scale * q . w_uk[:, h, :]^T   (rows x R), w_uk staged in chunks
-//   attend:     oa = softmax(qa . latent^T) latent (rows x R), online softmax;
-//               also the rows' log-sum-exp when lse is asked for
+//   attend:     oa = softmax(qa . latent^T + scale * q_rope . k_rope^T) latent
+//               (rows x R), online softmax; also the rows' log-sum-exp
 //   up_project: out = oa . w_uv[:, h, :]          (rows x D), w_uv staged in chunks
 // The Fused kernel runs all three in one launch with qa and oa in scratch; the
 // Absorbed algorithm runs one kernel per step through a (B, T, H, R) workspace.
+// Split-KV (flash-decoding) divides each sequence's keys among `splits` teams:
+// the Split step writes each part's oa and log-sum-exp to a workspace, and
+// the Combine step merges the parts by their log-sum-exp and up-projects once
+// (the up-projection is linear, so merging in the latent space is exact).
 
 #include "KokkosMLA_TeamOps.hpp"
 
 namespace KokkosMLA {
 namespace Impl {
+
+/// Where the keys of a sequence live: key s of sequence b is row
+/// page * page_size + s % page_size of `latent` (and of `rope`), where page is
+/// block_table[b][s / page_size], or b itself for a contiguous cache.
+template <class T>
+struct LatentKeys {
+  const T* latent = nullptr;
+  std::int64_t latent_ld = 0;  ///< elements from one row to the next: R, or R + Dr when packed
+  const T* rope = nullptr;     ///< decoupled-RoPE keys (Dr wide), or null
+  std::int64_t rope_ld = 0;
+  const int* block_table = nullptr;  ///< (B, table_ld) page numbers, or null
+  std::int64_t table_ld = 0;
+  std::int64_t page_size = 1;
+  const int* lengths = nullptr;  ///< keys of sequence b, or null: `keys` for every sequence
+  std::int64_t keys = 0;
+
+  KOKKOS_INLINE_FUNCTION std::int64_t length(std::int64_t b) const { return lengths ? lengths[b] : keys; }
+  KOKKOS_INLINE_FUNCTION std::int64_t row(std::int64_t b, std::int64_t s) const {
+    if (!block_table) return b * page_size + s;
+    // Positions and page sizes are below 2^30 (validated): 32-bit division is enough.
+    const int position = int(s), size = int(page_size);
+    return std::int64_t(block_table[b * table_ld + position / size]) * page_size + position % size;
+  }
+};
+
+/// Reads element (i, j) of keys s0 + i of sequence b, column j of a cache array.
+template <class T>
+struct KeyRows {
+  const LatentKeys<T>* keys;
+  const T* base;
+  std::int64_t ld, b, s0;
+  KOKKOS_INLINE_FUNCTION T operator()(int i, int j) const { return base[keys->row(b, s0 + i) * ld + j]; }
+};
 
 struct LatentTiles {
   int tokens = 1;        ///< query tokens per team
@@ -27,64 +65,74 @@ struct LatentTiles {
 };
 
 /// Which steps a kernel runs, and so which scratch arrays it needs.
-enum class LatentStep { Fused, Absorb, Attend, UpProject };
+enum class LatentStep { Fused, Absorb, Attend, UpProject, Split, Combine };
 
 template <class ExecSpace, class T, LatentStep Step>
 struct LatentKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
   using ScratchView =
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  static constexpr bool absorbs = Step == LatentStep::Fused || Step == LatentStep::Absorb;
-  static constexpr bool attends = Step == LatentStep::Fused || Step == LatentStep::Attend;
-  static constexpr bool projects = Step == LatentStep::Fused || Step == LatentStep::UpProject;
+  static constexpr bool absorbs =
+      Step == LatentStep::Fused || Step == LatentStep::Absorb || Step == LatentStep::Split;
+  static constexpr bool attends =
+      Step == LatentStep::Fused || Step == LatentStep::Attend || Step == LatentStep::Split;
+  static constexpr bool projects =
+      Step == LatentStep::Fused || Step == LatentStep::UpProject || Step == LatentStep::Combine;
+  static constexpr bool combines = Step == LatentStep::Combine;
 
-  const T* q;       // (B, T, H, D)
-  const T* latent;  // (B, S, R)
-  const T* w_uk;    // (R, H, D)
-  const T* w_uv;    // (R, H, D)
-  T* out;           // (B, T, H, D)
-  T* lse;           // (B, T, H), or null when not asked for
-  T* workspace;     // (B, T, H, R): qa after Absorb, oa after Attend (in place)
-  std::int64_t batch, queries, keys, heads, dim, rank;
+  const T* q = nullptr;       // (B, T, H, D)
+  const T* q_rope = nullptr;  // (B, T, H, Dr), or null
+  LatentKeys<T> cache;
+  const T* w_uk = nullptr;  // (R, H, D)
+  const T* w_uv = nullptr;  // (R, H, D)
+  T* out = nullptr;         // (B, T, H, D)
+  T* lse = nullptr;         // (B, T, H), or null when not asked for
+  // Absorbed: (B, T, H, R), qa after Absorb, oa after Attend (in place).
+  // Split and Combine: (splits, B, T, H, R) parts of oa, then (splits, B, T, H) their lse.
+  T* workspace = nullptr;
+  std::int64_t batch = 0, queries = 0, heads = 0, dim = 0, rank = 0, rope_dim = 0;
+  int splits = 1;
   LatentTiles tiles;
-  T scale;
-  bool causal;
-  int scratch_level;
+  T scale = 1;
+  bool causal = true;
+  int scratch_level = 0;
 
   /// Element offsets of the team's scratch arrays; a step's unused ones are empty.
   struct Layout {
-    std::size_t rows_d, stage, qa, oa, p, max, sum, rescale, total;
+    std::size_t rows_d, stage, qa, qr, oa, p, max, sum, rescale, total;
   };
-  KOKKOS_INLINE_FUNCTION static Layout layout(const LatentTiles& t, std::int64_t d, std::int64_t r) {
+  KOKKOS_INLINE_FUNCTION Layout layout(const LatentTiles& t) const {
     const std::size_t rows = std::size_t(t.rows());
-    // Weight chunks and latent tiles are never live at once: they share `stage`.
-    const std::size_t weights = (absorbs || projects) ? std::size_t(t.weight_chunk) * (d + 1) : 0;
-    const std::size_t keys = attends ? std::size_t(t.key_tile) * (r + 1) : 0;
+    // Weight chunks and key tiles are never live at once: they share `stage`.
+    const std::size_t weights = (absorbs || projects) ? std::size_t(t.weight_chunk) * (dim + 1) : 0;
+    const std::size_t keys =
+        attends ? std::size_t(t.key_tile) * (rank + 1 + (rope_dim ? rope_dim + 1 : 0)) : 0;
     ScratchLayout<T> c;
     Layout l;
-    l.rows_d = c.take((absorbs || projects) ? rows * d : 0);  // q rows, then out rows
+    l.rows_d = c.take((absorbs || projects) ? rows * dim : 0);  // q rows, then out rows
     l.stage = c.take(max_of(weights, keys));
-    l.qa = c.take((absorbs || attends) ? rows * r : 0);
-    l.oa = c.take((attends || projects) ? rows * r : 0);
-    l.p = c.take(attends ? rows * t.key_tile : 0);
+    l.qa = c.take((absorbs || attends) ? rows * rank : 0);
+    l.qr = c.take(attends ? rows * rope_dim : 0);
+    l.oa = c.take((attends || projects) ? rows * rank : 0);
+    // Combine keeps each row's weights of the splits where Attend keeps probabilities.
+    l.p = c.take(attends ? rows * t.key_tile : combines ? rows * splits : 0);
     l.max = c.take(attends ? rows : 0);
     l.sum = c.take(attends ? rows : 0);
     l.rescale = c.take(attends ? rows : 0);
     l.total = c.used;
     return l;
   }
-  static std::size_t scratch_bytes(const LatentTiles& t, std::int64_t d, std::int64_t r) {
-    return ScratchView::shmem_size(layout(t, d, r).total);
-  }
+  std::size_t scratch_bytes(const LatentTiles& t) const { return ScratchView::shmem_size(layout(t).total); }
 
   KOKKOS_INLINE_FUNCTION int token_tiles() const { return int((queries + tiles.tokens - 1) / tiles.tokens); }
   KOKKOS_INLINE_FUNCTION int head_groups() const { return int((heads + tiles.heads - 1) / tiles.heads); }
-  int league_size() const { return int(batch * head_groups() * token_tiles()); }
+  KOKKOS_INLINE_FUNCTION int parts() const { return Step == LatentStep::Split ? splits : 1; }
+  int league_size() const { return int(batch * head_groups() * token_tiles() * parts()); }
 
-  /// The rows a team owns.
+  /// The rows a team owns, and for Split, which part of the keys.
   struct Block {
     std::int64_t b, t0, h0;
-    int tokens, heads;
+    int tokens, heads, part;
     KOKKOS_INLINE_FUNCTION int rows() const { return tokens * heads; }
   };
   KOKKOS_INLINE_FUNCTION Block block_of(std::int64_t league) const {
@@ -93,7 +141,8 @@ struct LatentKernel {
     const int tt = ntt - 1 - int(league % ntt);
     const int hg = int((league / ntt) % nhg);
     Block k;
-    k.b = league / (std::int64_t(ntt) * nhg);
+    k.part = int((league / (std::int64_t(ntt) * nhg)) % parts());
+    k.b = league / (std::int64_t(ntt) * nhg * parts());
     k.t0 = std::int64_t(tt) * tiles.tokens;
     k.h0 = std::int64_t(hg) * tiles.heads;
     k.tokens = int(min_of<std::int64_t>(tiles.tokens, queries - k.t0));
@@ -116,6 +165,19 @@ struct LatentKernel {
     }
   }
 
+  /// Element of lse-shaped (B, T, H) data for row i of the block.
+  KOKKOS_INLINE_FUNCTION std::int64_t row_index(const Block& k, int i) const {
+    return (k.b * queries + k.t0 + i % k.tokens) * heads + k.h0 + i / k.tokens;
+  }
+
+  /// Where part `part` of the split workspace starts: its oa rows, then its lse.
+  KOKKOS_INLINE_FUNCTION T* part_oa(int part) const {
+    return workspace + part * batch * queries * heads * rank;
+  }
+  KOKKOS_INLINE_FUNCTION T* part_lse(int part) const {
+    return workspace + splits * batch * queries * heads * rank + part * batch * queries * heads;
+  }
+
   /// qa = scale * q_rows . w_uk[:, h, :]^T, head by head, w_uk staged in chunks.
   KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const Block& k, Mat<T> q_rows, T* stage,
                                      Mat<T> qa) const {
@@ -133,32 +195,81 @@ struct LatentKernel {
     }
   }
 
-  /// oa = softmax_causal(qa . latent^T) . latent, normalised; latent staged in tiles.
-  KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, T* stage, Mat<T> p,
-                                     SoftmaxRows<T> st, Mat<T> oa) const {
-    const int rows = k.rows(), r = int(rank);
-    const std::int64_t offset = keys - queries;  // query t sits at key position offset + t
-    const std::int64_t key_end = causal ? min_of(keys, offset + k.t0 + k.tokens) : keys;
-    auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : keys - 1; };
+  /// The keys the block's rows attend to in this part: [begin, end).
+  struct KeyRange {
+    std::int64_t begin, end;
+  };
+  KOKKOS_INLINE_FUNCTION KeyRange key_range(const Block& k) const {
+    const std::int64_t length = cache.length(k.b);
+    const std::int64_t offset = length - queries;  // query t sits at key position offset + t
+    KeyRange r{0, causal ? min_of(length, offset + k.t0 + k.tokens) : length};
+    if (Step == LatentStep::Split) {
+      // Parts are whole key tiles of the sequence, the same for every block.
+      const std::int64_t per_part = (length + splits - 1) / splits;
+      const std::int64_t chunk = (per_part + tiles.key_tile - 1) / tiles.key_tile * tiles.key_tile;
+      const std::int64_t begin = min_of(r.end, k.part * chunk);
+      r = {begin, min_of(r.end, begin + chunk)};
+    }
+    return r;
+  }
+
+  /// oa = softmax_causal(qa . latent^T + scale * qr . rope^T) . latent,
+  /// normalised, over the block's key range; latent (and rope) staged in tiles.
+  KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, Mat<T> qr, T* stage,
+                                     Mat<T> p, SoftmaxRows<T> st, Mat<T> oa) const {
+    const int rows = k.rows(), r = int(rank), dr = int(rope_dim);
+    const std::int64_t length = cache.length(k.b), offset = length - queries;
+    auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
+    const KeyRange range = key_range(k);
+    const Mat<T> latent_tile{stage, rank + 1}, rope_tile{stage + tiles.key_tile * (rank + 1), rope_dim + 1};
     softmax_init(team, rows, st);
-    for (std::int64_t s0 = 0; s0 < key_end; s0 += tiles.key_tile) {
-      const int n = int(min_of<std::int64_t>(tiles.key_tile, key_end - s0));
-      team_copy(team, n, r, Mat<const T>{latent + (k.b * keys + s0) * rank, rank}, Mat<T>{stage, rank + 1});
-      team_gemm(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld}, TransposedB<T>{stage, rank + 1}, p,
-                static_cast<const T*>(nullptr), false);
+    for (std::int64_t s0 = range.begin; s0 < range.end; s0 += tiles.key_tile) {
+      const int n = int(min_of<std::int64_t>(tiles.key_tile, range.end - s0));
+      team_gather(team, n, r, KeyRows<T>{&cache, cache.latent, cache.latent_ld, k.b, s0}, latent_tile);
+      team_gemm(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld},
+                TransposedB<T>{latent_tile.ptr, latent_tile.ld}, p, static_cast<const T*>(nullptr), false);
+      if (dr > 0) {
+        team_gather(team, n, dr, KeyRows<T>{&cache, cache.rope, cache.rope_ld, k.b, s0}, rope_tile);
+        team_gemm(team, rows, n, dr, scale, Mat<const T>{qr.ptr, qr.ld},
+                  TransposedB<T>{rope_tile.ptr, rope_tile.ld}, p, static_cast<const T*>(nullptr), true);
+      }
       softmax_update(team, rows, n, s0, last_key, p, st);
-      team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{stage, rank + 1}, oa, st.rescale,
-                s0 > 0);
+      team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{latent_tile.ptr, latent_tile.ld},
+                oa, st.rescale, s0 > range.begin);
     }
     softmax_normalize(team, rows, r, oa, st);
-    if (lse) {
-      // Row i is token t0 + i % tokens of head h0 + i / tokens.
-      T* const lse_block = lse + (k.b * queries + k.t0) * heads + k.h0;
-      const std::int64_t h_count = heads;
-      const int tokens = k.tokens;
-      softmax_log_sum_exp(team, rows, st,
-                          [=](int i) -> T& { return lse_block[(i % tokens) * h_count + i / tokens]; });
-    }
+    T* const lse_out = Step == LatentStep::Split ? part_lse(k.part) : lse;
+    if (lse_out) softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return lse_out[row_index(k, i)]; });
+  }
+
+  /// oa = the parts' oa weighted by exp(their lse), normalised; lse = the
+  /// log of the total weight. A part that saw no key (lse = -inf) is skipped,
+  /// whatever its oa holds.
+  KOKKOS_INLINE_FUNCTION void combine(const Member& team, const Block& k, Mat<T> weights, Mat<T> oa) const {
+    const int rows = k.rows(), r = int(rank);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+      const std::int64_t at = row_index(k, i);
+      T m = negative_infinity<T>();
+      for (int s = 0; s < splits; ++s) m = max_of(m, part_lse(s)[at]);
+      T total = 0;
+      for (int s = 0; s < splits; ++s) {
+        const T l = part_lse(s)[at];
+        weights(i, s) = l == negative_infinity<T>() ? T(0) : Impl::exp(l - m);
+        total += weights(i, s);
+      }
+      for (int s = 0; s < splits; ++s) weights(i, s) /= total;
+      if (lse) lse[at] = m + Impl::log(total);
+    });
+    team.team_barrier();
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * r), [&](const int e) {
+      const int i = e / r, j = e % r;
+      const std::int64_t at = row_index(k, i) * rank + j;
+      T sum = 0;
+      for (int s = 0; s < splits; ++s)
+        if (weights(i, s) != T(0)) sum += weights(i, s) * part_oa(s)[at];
+      oa(i, j) = sum;
+    });
+    team.team_barrier();
   }
 
   /// out_rows = oa . w_uv[:, h, :], head by head, w_uv staged in chunks.
@@ -180,11 +291,12 @@ struct LatentKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const Block k = block_of(team.league_rank());
-    const Layout l = layout(tiles, dim, rank);
+    const Layout l = layout(tiles);
     ScratchView scratch(team.team_scratch(scratch_level), l.total);
     T* base = scratch.data();
-    const Mat<T> rows_d{base + l.rows_d, dim}, qa{base + l.qa, rank}, oa{base + l.oa, rank};
-    const Mat<T> p{base + l.p, tiles.key_tile};
+    const Mat<T> rows_d{base + l.rows_d, dim}, qa{base + l.qa, rank}, qr{base + l.qr, rope_dim};
+    const Mat<T> oa{base + l.oa, rank};
+    const Mat<T> p{base + l.p, combines ? splits : tiles.key_tile};
     const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
     T* stage = base + l.stage;
 
@@ -194,9 +306,12 @@ struct LatentKernel {
     }
     if (Step == LatentStep::Absorb) move_rows<false>(team, k, workspace, rank, qa);
     if (Step == LatentStep::Attend) move_rows<true>(team, k, workspace, rank, qa);
-    if (attends) attend(team, k, qa, stage, p, st, oa);
+    if (attends && rope_dim > 0) move_rows<true>(team, k, const_cast<T*>(q_rope), rope_dim, qr);
+    if (attends) attend(team, k, qa, qr, stage, p, st, oa);
     if (Step == LatentStep::Attend) move_rows<false>(team, k, workspace, rank, oa);
+    if (Step == LatentStep::Split) move_rows<false>(team, k, part_oa(k.part), rank, oa);
     if (Step == LatentStep::UpProject) move_rows<true>(team, k, workspace, rank, oa);
+    if (combines) combine(team, k, p, oa);
     if (projects) {
       up_project(team, k, oa, stage, rows_d);
       move_rows<false>(team, k, out, dim, rows_d);

@@ -91,14 +91,21 @@ KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T
   team.team_barrier();
 }
 
-/// Copies a rows x cols block; ends with a team barrier.
-template <class Member, class T>
-KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from, Mat<T> to) {
+/// Copies a rows x cols block read through from(i, j) (a matrix, or rows
+/// gathered from the pages of a cache); ends with a team barrier.
+template <class Member, class From, class T>
+KOKKOS_INLINE_FUNCTION void team_gather(const Member& team, int rows, int cols, From from, Mat<T> to) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
     const int i = e / cols, j = e % cols;
     to(i, j) = from(i, j);
   });
   team.team_barrier();
+}
+
+/// Copies a rows x cols block; ends with a team barrier.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from, Mat<T> to) {
+  team_gather(team, rows, cols, from, to);
 }
 
 /// Online-softmax state of the rows of a team: running max, running sum, and

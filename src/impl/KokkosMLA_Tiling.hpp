@@ -82,16 +82,16 @@ Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
   return fit(t, be, bytes, shrink, "flash attention");
 }
 
-template <class ExecSpace, class T, LatentStep Step>
-Fitted<LatentTiles> latent_tiles(const Shape& s, const Backend& be) {
+/// Tiles for a latent kernel whose extents (and rope width, splits) are set;
+/// keys is the longest sequence.
+template <class Kernel>
+Fitted<LatentTiles> latent_tiles(const Kernel& k, std::int64_t keys, const Backend& be) {
   LatentTiles t;
-  t.tokens = clamp_tile(s.queries, be.host ? 16 : 8);
-  t.heads = clamp_tile(s.heads, be.host ? 4 : (32 + t.tokens - 1) / t.tokens);
-  t.key_tile = clamp_tile(s.keys, be.host ? 64 : 32);
-  t.weight_chunk = clamp_tile(s.latent_dim, be.host ? 64 : 32);
-  auto bytes = [&](const LatentTiles& x) {
-    return LatentKernel<ExecSpace, T, Step>::scratch_bytes(x, s.head_dim, s.latent_dim);
-  };
+  t.tokens = clamp_tile(k.queries, be.host ? 16 : 8);
+  t.heads = clamp_tile(k.heads, be.host ? 4 : (32 + t.tokens - 1) / t.tokens);
+  t.key_tile = clamp_tile(keys, be.host ? 64 : 32);
+  t.weight_chunk = clamp_tile(k.rank, be.host ? 64 : 32);
+  auto bytes = [&](const LatentTiles& x) { return k.scratch_bytes(x); };
   // Staged tiles shrink first (to 8), then the row block, then the tiles to 1.
   auto shrink = [](LatentTiles& x) {
     const LatentTiles old = x;

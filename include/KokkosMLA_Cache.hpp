@@ -1,0 +1,173 @@
+#ifndef KOKKOSMLA_CACHE_HPP
+#define KOKKOSMLA_CACHE_HPP
+// Attention over a latent KV cache, as an inference engine runs it: queries
+// of sequences of different lengths in one call, contiguous or paged caches,
+// decoupled RoPE, split-KV decoding, and appending new tokens. See docs/serving.md.
+
+#include <KokkosMLA_Attention.hpp>
+
+#include <cstdint>
+#include <string>
+
+namespace KokkosMLA {
+
+/// A latent cache of B sequences. Token s of sequence b is
+///   contiguous (block_table empty): latent(b, s, :)
+///   paged:                          latent(block_table(b, s / P), s % P, :), P = latent.extent(1)
+/// k_rope, the decoupled-RoPE keys (Dr wide, shared by all heads), is indexed
+/// the same way. In the packed layout of FlashMLA, k_rope is empty and
+/// latent is R + Dr wide: the latent, then the RoPE keys, side by side.
+template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct LatentCache {
+  using Tokens = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  using Table = Kokkos::View<const int**, Kokkos::LayoutRight, MemorySpace>;
+  using Lengths = Kokkos::View<const int*, Kokkos::LayoutRight, MemorySpace>;
+
+  Tokens latent;      ///< (B, capacity, W) or (pages, page_size, W); W = R, or R + Dr packed
+  Tokens k_rope;      ///< (same first extents, Dr), or empty
+  Table block_table;  ///< (B, pages per sequence) page indices, or empty for a contiguous cache
+  Lengths seqlens;    ///< (B) tokens each sequence holds, the new ones included
+};
+
+/// The arguments of one cache-attention call. Query i of sequence b sits at
+/// position seqlens(b) - Tq + i and, when causal, attends to positions <= its own.
+template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+struct CacheArguments {
+  using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemorySpace>;
+  using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
+  using Rank3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+
+  ConstRank4 q;       ///< (B, Tq, H, D)
+  ConstRank4 q_rope;  ///< (B, Tq, H, Dr) with a RoPE part, else empty
+  LatentCache<Scalar, MemorySpace> cache;
+  ConstRank3 w_uk;  ///< (R, H, D)
+  ConstRank3 w_uv;  ///< (R, H, D)
+  Rank4 out;        ///< (B, Tq, H, D)
+  Rank3 lse;        ///< (B, Tq, H) natural-log log-sum-exp of each row, or empty
+};
+
+/// Extents of a cache-attention problem. capacity: the most tokens a sequence
+/// can hold (latent.extent(1) when contiguous, pages per sequence * page size when paged).
+struct CacheShape {
+  std::int64_t batch = 0;
+  std::int64_t queries = 0;  ///< Tq: 1 for decoding, a few for speculative decoding
+  std::int64_t heads = 0;
+  std::int64_t head_dim = 0;
+  std::int64_t latent_dim = 0;
+  std::int64_t rope_dim = 0;  ///< Dr, 0 without a RoPE part
+  std::int64_t capacity = 0;
+
+  friend bool operator==(const CacheShape& a, const CacheShape& b) {
+    return a.batch == b.batch && a.queries == b.queries && a.heads == b.heads && a.head_dim == b.head_dim &&
+           a.latent_dim == b.latent_dim && a.rope_dim == b.rope_dim && a.capacity == b.capacity;
+  }
+  friend bool operator!=(const CacheShape& a, const CacheShape& b) { return !(a == b); }
+};
+
+std::string to_string(const CacheShape& s);
+
+namespace Impl {
+/// Throws std::invalid_argument naming the argument and extents (and, when
+/// check_indices, any seqlens or block-table entry out of range); returns the shape.
+template <class Scalar, class MemorySpace>
+CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
+                                    bool check_indices);
+}  // namespace Impl
+
+/// A cache-attention problem bound to an execution space: chooses the tiles
+/// and the number of key splits once and owns the split workspace, so that
+/// execute() allocates nothing. The softmax scale defaults to 1/sqrt(D + Dr).
+/// Instances as for Plan. Run concurrent executions on separate CachePlans.
+template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
+class CachePlan {
+  static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
+                "KokkosMLA::CachePlan: Scalar must be float or double");
+  static_assert(Impl::is_supported_space<ExecSpace>,
+                "KokkosMLA::CachePlan: ExecSpace must be Kokkos::DefaultExecutionSpace or "
+                "Kokkos::DefaultHostExecutionSpace");
+
+ public:
+  using execution_space = ExecSpace;
+  using memory_space = typename ExecSpace::memory_space;
+  using arguments = CacheArguments<Scalar, memory_space>;
+
+  /// Throws std::invalid_argument for non-positive extents (rope_dim may be 0),
+  /// capacity < queries, a non-finite scale or kv_splits < 0.
+  CachePlan(const ExecSpace& exec, const CacheShape& shape, const Options& opt = {});
+
+  /// Asynchronous on exec, except for the index check of
+  /// Options::check_cache_indices. Throws std::invalid_argument, before any
+  /// launch and without touching out, when the arguments do not match the plan.
+  void execute(const ExecSpace& exec, const arguments& args) const;
+
+  const CacheShape& shape() const { return shape_; }
+  int splits() const { return splits_; }
+  double scale() const { return scale_; }
+  std::size_t workspace_bytes() const { return workspace_.span() * sizeof(Scalar); }
+  /// One line: splits, team size, tiles and scratch, for logs.
+  std::string describe() const;
+
+ private:
+  CacheShape shape_;
+  Options options_;
+  double scale_ = 1;
+  int splits_ = 1;
+  Impl::LaunchConfig config_;
+  Kokkos::View<Scalar*, memory_space> workspace_;
+};
+
+/// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.
+template <class Scalar, class MemorySpace>
+CacheShape cache_shape(const CacheArguments<Scalar, MemorySpace>& args, const Options& opt = {}) {
+  return Impl::validate_cache_arguments("KokkosMLA::cache_shape", args, opt.check_cache_indices);
+}
+
+/// Plans and executes once; serving loops should hold a CachePlan.
+template <class ExecSpace, class Scalar>
+void cache_attention(const ExecSpace& exec,
+                     const CacheArguments<Scalar, typename ExecSpace::memory_space>& args,
+                     const Options& opt = {}) {
+  Options planned = opt;
+  const CacheShape shape =
+      Impl::validate_cache_arguments("KokkosMLA::cache_attention", args, opt.check_cache_indices);
+  planned.check_cache_indices = false;  // just checked
+  CachePlan<Scalar, ExecSpace>(exec, shape, planned).execute(exec, args);
+}
+
+/// Writes the latents (B, Tn, R) of each sequence's Tn newest tokens, and
+/// their RoPE keys (B, Tn, Dr) when the cache has a RoPE part, into the cache:
+/// token i of sequence b goes to position seqlens(b) - Tn + i, so seqlens
+/// already count the new tokens. Asynchronous on exec (but see
+/// Options::check_cache_indices); throws std::invalid_argument before any
+/// launch on mismatched extents or indices out of range.
+template <class Scalar, class ExecSpace>
+void append_to_cache(
+    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_latent,
+    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_k_rope = {},
+    const Options& opt = {});
+
+#define KOKKOSMLA_DECLARE_CACHE_INSTANCES(SPACE)                                                       \
+  extern template class CachePlan<float, SPACE>;                                                       \
+  extern template class CachePlan<double, SPACE>;                                                      \
+  extern template CacheShape Impl::validate_cache_arguments(                                           \
+      const char*, const CacheArguments<float, SPACE::memory_space>&, bool);                           \
+  extern template CacheShape Impl::validate_cache_arguments(                                           \
+      const char*, const CacheArguments<double, SPACE::memory_space>&, bool);                          \
+  extern template void append_to_cache(const SPACE&, const LatentCache<float, SPACE::memory_space>&,   \
+                                       const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
+                                       const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
+                                       const Options&);                                                \
+  extern template void append_to_cache(const SPACE&, const LatentCache<double, SPACE::memory_space>&,  \
+                                       const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
+                                       const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
+                                       const Options&);
+KOKKOSMLA_DECLARE_CACHE_INSTANCES(Kokkos::DefaultExecutionSpace)
+#ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
+KOKKOSMLA_DECLARE_CACHE_INSTANCES(Kokkos::DefaultHostExecutionSpace)
+#endif
+
+}  // namespace KokkosMLA
+
+#endif

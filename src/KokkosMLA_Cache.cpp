@@ -1,0 +1,206 @@
+// Plans and runs attention over a latent cache, and appends to it.
+
+#include <KokkosMLA_Cache.hpp>
+
+#include "impl/KokkosMLA_AppendKernel.hpp"
+#include "impl/KokkosMLA_CacheChecks.hpp"
+#include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_Tiling.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iostream>
+#include <sstream>
+
+namespace KokkosMLA {
+namespace Impl {
+
+namespace {
+
+/// How a cache's rows are addressed; rope_dim > 0 without k_rope means packed.
+template <class Scalar, class Cache>
+LatentKeys<Scalar> keys_of(const Cache& cache, std::int64_t rank, std::int64_t rope_dim) {
+  LatentKeys<Scalar> k;
+  k.latent = cache.latent.data();
+  k.latent_ld = std::int64_t(cache.latent.extent(2));
+  if (rope_dim > 0) {
+    const bool packed = cache.k_rope.size() == 0;
+    k.rope = packed ? cache.latent.data() + rank : cache.k_rope.data();
+    k.rope_ld = packed ? k.latent_ld : rope_dim;
+  }
+  k.block_table = cache.block_table.size() > 0 ? cache.block_table.data() : nullptr;
+  k.table_ld = std::int64_t(cache.block_table.extent(1));
+  k.page_size = std::int64_t(cache.latent.extent(1));
+  k.lengths = cache.seqlens.data();
+  k.keys = (k.block_table ? k.table_ld : 1) * k.page_size;
+  return k;
+}
+
+/// A latent kernel of a cache problem's extents (cache pointers unset).
+template <class ExecSpace, class T, LatentStep Step>
+LatentKernel<ExecSpace, T, Step> cache_kernel(const CacheShape& s, int splits) {
+  Shape plain;
+  plain.batch = s.batch;
+  plain.queries = s.queries;
+  plain.keys = s.capacity;
+  plain.heads = s.heads;
+  plain.head_dim = s.head_dim;
+  plain.latent_dim = s.latent_dim;
+  LatentKernel<ExecSpace, T, Step> k = latent_kernel<ExecSpace, T, Step>(plain);
+  k.rope_dim = s.rope_dim;
+  k.splits = splits;
+  return k;
+}
+
+/// Enough parts per sequence that the teams fill the device about twice
+/// (a host: once per thread), each part at least four key tiles long.
+int automatic_splits(const CacheShape& s, const LatentTiles& t, const Backend& be) {
+  const std::int64_t teams =
+      s.batch * ((s.queries + t.tokens - 1) / t.tokens) * ((s.heads + t.heads - 1) / t.heads);
+  const std::int64_t wanted =
+      be.host ? be.concurrency : 2 * std::int64_t(be.concurrency) / (be.team_size * 4);
+  const std::int64_t by_length = std::max<std::int64_t>(1, s.capacity / (4 * std::int64_t(t.key_tile)));
+  const std::int64_t splits = std::min<std::int64_t>({(wanted + teams - 1) / teams, by_length, 64});
+  return int(std::max<std::int64_t>(1, splits));
+}
+
+}  // namespace
+
+template <class Scalar, class MemorySpace>
+CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
+                                    bool check_indices) {
+  const CacheShape s = validate_cache_extents(caller, describe_cache(a));
+  if (check_indices) check_cache_indices(caller, typename MemorySpace::execution_space(), a.cache, s.queries);
+  return s;
+}
+
+}  // namespace Impl
+
+template <class Scalar, class ExecSpace>
+CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape& shape, const Options& opt)
+    : shape_(shape), options_(opt) {
+  using namespace Impl;
+  const char* caller = "KokkosMLA::CachePlan";
+  validate_cache_shape(caller, shape);
+  validate_options(caller, opt);
+  if (opt.kv_splits < 0) throw std::invalid_argument(std::string(caller) + ": kv_splits < 0");
+  scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim + shape.rope_dim));
+  const Backend be = backend_of(exec);
+  // Split and Fused attend alike; the tiles of one serve both.
+  const Fitted<LatentTiles> f =
+      latent_tiles(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(shape, 1), shape.capacity, be);
+  config_.algorithm = Algorithm::Fused;
+  config_.team_size = be.team_size;
+  config_.scratch_max0 = be.scratch_max[0];
+  config_.query_tile = f.tiles.tokens;
+  config_.head_group = f.tiles.heads;
+  config_.key_tile = f.tiles.key_tile;
+  config_.weight_chunk = f.tiles.weight_chunk;
+  config_.scratch_level = f.level;
+  config_.scratch_bytes = f.bytes;
+  splits_ = opt.kv_splits > 0 ? opt.kv_splits : automatic_splits(shape, f.tiles, be);
+  if (splits_ > 1) {
+    const std::int64_t rows = shape.batch * shape.queries * shape.heads;
+    workspace_ = Kokkos::View<Scalar*, memory_space>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::CachePlan::workspace"),
+        splits_ * rows * (shape.latent_dim + 1));  // each part's oa rows and lse
+  }
+  if (opt.verbose) std::cerr << "KokkosMLA: " << describe() << "\n";
+}
+
+template <class Scalar, class ExecSpace>
+std::string CachePlan<Scalar, ExecSpace>::describe() const {
+  std::ostringstream o;
+  o << to_string(shape_) << " " << ExecSpace::name() << " cache attention splits=" << splits_
+    << " team_size=" << config_.team_size << " query_tile=" << config_.query_tile
+    << " head_group=" << config_.head_group << " weight_chunk=" << config_.weight_chunk
+    << " key_tile=" << config_.key_tile << " scratch=" << config_.scratch_bytes << "B@level"
+    << config_.scratch_level << " workspace=" << workspace_bytes() << "B";
+  return o.str();
+}
+
+template <class Scalar, class ExecSpace>
+void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const arguments& a) const {
+  using namespace Impl;
+  const char* caller = "KokkosMLA::CachePlan::execute";
+  require_same_cache_shape(caller, shape_, validate_cache_extents(caller, describe_cache(a)));
+  if (options_.check_cache_indices) check_cache_indices(caller, exec, a.cache, shape_.queries);
+
+  auto bind = [&](auto step) {
+    constexpr LatentStep Step = decltype(step)::value;
+    LatentKernel<ExecSpace, Scalar, Step> k = cache_kernel<ExecSpace, Scalar, Step>(shape_, splits_);
+    k.cache = keys_of<Scalar>(a.cache, shape_.latent_dim, shape_.rope_dim);
+    k.tiles = latent_tiles_of(config_);
+    k.scale = Scalar(scale_);
+    k.causal = options_.causal;
+    k.q = a.q.data();
+    k.q_rope = a.q_rope.data();
+    k.w_uk = a.w_uk.data();
+    k.w_uv = a.w_uv.data();
+    k.out = a.out.data();
+    k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+    k.workspace = workspace_.data();
+    return k;
+  };
+  using Step = LatentStep;
+  if (splits_ == 1) {
+    launch_latent(exec, "KokkosMLA::CacheAttention", bind(std::integral_constant<Step, Step::Fused>()),
+                  config_);
+  } else {
+    launch_latent(exec, "KokkosMLA::CacheAttention::split", bind(std::integral_constant<Step, Step::Split>()),
+                  config_);
+    launch_latent(exec, "KokkosMLA::CacheAttention::combine",
+                  bind(std::integral_constant<Step, Step::Combine>()), config_);
+  }
+}
+
+template <class Scalar, class ExecSpace>
+void append_to_cache(
+    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_latent,
+    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_k_rope,
+    const Options& opt) {
+  using namespace Impl;
+  const char* caller = "KokkosMLA::append_to_cache";
+  const std::int64_t tokens = validate_append_extents(
+      caller, describe("cache.latent", cache.latent), describe("cache.k_rope", cache.k_rope),
+      describe("cache.block_table", cache.block_table), describe("cache.seqlens", cache.seqlens),
+      describe("new_latent", new_latent), describe("new_k_rope", new_k_rope));
+  if (opt.check_cache_indices) check_cache_indices(caller, exec, cache, tokens);
+  const std::int64_t rank = std::int64_t(new_latent.extent(2));
+  const std::int64_t rope_dim = new_k_rope.size() > 0 ? std::int64_t(new_k_rope.extent(2)) : 0;
+  AppendKernel<Scalar> k;
+  k.at = keys_of<Scalar>(cache, rank, rope_dim);
+  k.latent = cache.latent.data();
+  k.rope = const_cast<Scalar*>(k.at.rope);  // the cache's own rows, writable
+  k.new_latent = new_latent.data();
+  k.new_rope = rope_dim > 0 ? new_k_rope.data() : nullptr;
+  k.tokens = tokens;
+  k.rank = rank;
+  k.rope_dim = rope_dim;
+  const std::int64_t elements = std::int64_t(new_latent.extent(0)) * tokens * (rank + rope_dim);
+  Kokkos::parallel_for("KokkosMLA::append_to_cache",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, elements), k);
+}
+
+#define KOKKOSMLA_INSTANTIATE_CACHE(SPACE)                                                      \
+  template class CachePlan<float, SPACE>;                                                       \
+  template class CachePlan<double, SPACE>;                                                      \
+  template CacheShape Impl::validate_cache_arguments(                                           \
+      const char*, const CacheArguments<float, SPACE::memory_space>&, bool);                    \
+  template CacheShape Impl::validate_cache_arguments(                                           \
+      const char*, const CacheArguments<double, SPACE::memory_space>&, bool);                   \
+  template void append_to_cache(const SPACE&, const LatentCache<float, SPACE::memory_space>&,   \
+                                const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
+                                const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
+                                const Options&);                                                \
+  template void append_to_cache(const SPACE&, const LatentCache<double, SPACE::memory_space>&,  \
+                                const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
+                                const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
+                                const Options&);
+KOKKOSMLA_INSTANTIATE_CACHE(Kokkos::DefaultExecutionSpace)
+#ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
+KOKKOSMLA_INSTANTIATE_CACHE(Kokkos::DefaultHostExecutionSpace)
+#endif
+
+}  // namespace KokkosMLA

@@ -1,0 +1,75 @@
+#ifndef KOKKOSMLA_CACHECHECKS_HPP
+#define KOKKOSMLA_CACHECHECKS_HPP
+// Host-side checks of cache-attention and append arguments (KokkosMLA_Validate.cpp).
+
+#include <KokkosMLA_Cache.hpp>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// An absent optional view (default-constructed) has no data and no elements.
+inline bool absent(const ArgInfo& a) { return a.data == nullptr && a.bytes == 0; }
+
+struct CacheArgInfo {
+  ArgInfo q, q_rope, w_uk, w_uv, out, lse;
+  ArgInfo latent, k_rope, block_table, seqlens;
+};
+
+template <class Scalar, class MemorySpace>
+CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace>& a) {
+  return {describe("q", a.q),
+          describe("q_rope", a.q_rope),
+          describe("w_uk", a.w_uk),
+          describe("w_uv", a.w_uv),
+          describe("out", a.out),
+          describe("lse", a.lse),
+          describe("cache.latent", a.cache.latent),
+          describe("cache.k_rope", a.cache.k_rope),
+          describe("cache.block_table", a.cache.block_table),
+          describe("cache.seqlens", a.cache.seqlens)};
+}
+
+/// Extents of every argument against each other; returns the shape.
+CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a);
+
+/// The cache's own extents against the new tokens' for append_to_cache
+/// (new_latent (B, Tn, R), new_k_rope (B, Tn, Dr) or absent); returns Tn.
+std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
+                                     const ArgInfo& block_table, const ArgInfo& seqlens,
+                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope);
+
+void validate_cache_shape(const char* caller, const CacheShape& s);
+void require_same_cache_shape(const char* caller, const CacheShape& planned, const CacheShape& given);
+
+/// Every seqlens(b) in [min_length, capacity] and every block-table entry a
+/// sequence uses in [0, pages); host copies of both (table null when contiguous).
+void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t batch, const int* table,
+                            std::int64_t table_ld, std::int64_t page_size, std::int64_t pages,
+                            std::int64_t min_length, std::int64_t capacity);
+
+/// Reads seqlens and the block table on the host (copying them from device
+/// memory, which waits for exec) and checks them as above.
+template <class ExecSpace, class Cache>
+void check_cache_indices(const char* caller, const ExecSpace& exec, const Cache& cache,
+                         std::int64_t min_length) {
+  using HostInts1 = Kokkos::View<int*, Kokkos::HostSpace>;
+  using HostInts2 = Kokkos::View<int**, Kokkos::LayoutRight, Kokkos::HostSpace>;
+  HostInts1 lengths(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::seqlens"),
+                    cache.seqlens.extent(0));
+  HostInts2 table(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::block_table"),
+                  cache.block_table.extent(0), cache.block_table.extent(1));
+  Kokkos::deep_copy(exec, lengths, cache.seqlens);
+  Kokkos::deep_copy(exec, table, cache.block_table);
+  exec.fence();
+  const bool paged = cache.block_table.size() > 0;
+  const std::int64_t page_size = std::int64_t(cache.latent.extent(1));
+  const std::int64_t per_sequence = paged ? std::int64_t(table.extent(1)) : 1;
+  validate_cache_indices(caller, lengths.data(), std::int64_t(lengths.extent(0)),
+                         paged ? table.data() : nullptr, per_sequence, page_size,
+                         std::int64_t(cache.latent.extent(0)), min_length, per_sequence * page_size);
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,63 @@
+#ifndef KOKKOSMLA_LAUNCH_HPP
+#define KOKKOSMLA_LAUNCH_HPP
+// How every team kernel is launched, and latent kernels set up from a Shape.
+
+#include <KokkosMLA_Attention.hpp>
+
+#include "KokkosMLA_LatentKernels.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// Launches kernel k with its scratch, as many threads per team as asked for
+/// and the backend allows for this kernel.
+template <class ExecSpace, class Kernel>
+void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_size,
+            std::size_t scratch_bytes) {
+  if (k.league_size() <= 0) throw std::invalid_argument(std::string(label) + ": too many teams");
+  Kokkos::TeamPolicy<ExecSpace> probe(exec, k.league_size(), 1);
+  probe.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
+  const int allowed = probe.team_size_max(k, Kokkos::ParallelForTag());
+  Kokkos::TeamPolicy<ExecSpace> policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
+  policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
+  Kokkos::parallel_for(label, policy, k);
+}
+
+/// A latent kernel with the extents of s: one contiguous sequence of s.keys
+/// keys per batch element, no RoPE part, one split.
+template <class ExecSpace, class T, LatentStep Step>
+LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s) {
+  LatentKernel<ExecSpace, T, Step> k;
+  k.batch = s.batch;
+  k.queries = s.queries;
+  k.heads = s.heads;
+  k.dim = s.head_dim;
+  k.rank = s.latent_dim;
+  k.cache.keys = s.keys;
+  k.cache.page_size = s.keys;
+  k.cache.latent_ld = s.latent_dim;
+  return k;
+}
+
+/// The kernel's tiles from a LaunchConfig.
+inline LatentTiles latent_tiles_of(const LaunchConfig& c) {
+  return {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
+}
+
+/// Launches a latent kernel whose tiles are set; its scratch goes to level 0
+/// when it fits there.
+template <class ExecSpace, class T, LatentStep Step>
+void launch_latent(const ExecSpace& exec, const char* label, LatentKernel<ExecSpace, T, Step> k,
+                   const LaunchConfig& c) {
+  const std::size_t bytes = k.scratch_bytes(k.tiles);
+  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
+  launch(exec, label, k, c.team_size, bytes);
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

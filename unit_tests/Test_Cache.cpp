@@ -1,0 +1,434 @@
+// Attention over a latent cache: ragged batches, paged and packed caches,
+// decoupled RoPE, split-KV, appending, and bad input, against a host double
+// reference computed on the logical (per-sequence) data.
+
+#include "Reference.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+/// How a test lays out its cache.
+struct CacheCase {
+  std::int64_t batch, queries, heads, head_dim, latent_dim, rope_dim;
+  std::int64_t capacity;
+  std::int64_t page;  ///< 0: contiguous
+  bool packed;        ///< latent and RoPE keys side by side
+  std::vector<int> lengths;
+};
+
+std::string describe(const CacheCase& c) {
+  std::ostringstream o;
+  o << "B=" << c.batch << " Tq=" << c.queries << " H=" << c.heads << " D=" << c.head_dim
+    << " R=" << c.latent_dim << " Dr=" << c.rope_dim << " capacity=" << c.capacity << " page=" << c.page
+    << (c.packed ? " packed" : "");
+  return o.str();
+}
+
+/// Logical data in double: q (B,Tq,H,D), q_rope (B,Tq,H,Dr), the latent
+/// (B,capacity,R) and RoPE keys (B,capacity,Dr) of each sequence, weights (R,H,D).
+struct Logical {
+  CacheCase c;
+  std::vector<double> q, q_rope, latent, rope, w_uk, w_uv;
+
+  Logical(const CacheCase& cc, std::uint64_t seed) : c(cc) {
+    std::mt19937_64 rng(seed);
+    const double w = 1.0 / std::sqrt(double(c.latent_dim));
+    q = random(c.batch * c.queries * c.heads * c.head_dim, rng, 1.0);
+    q_rope = random(c.batch * c.queries * c.heads * c.rope_dim, rng, 1.0);
+    latent = random(c.batch * c.capacity * c.latent_dim, rng, 1.0);
+    rope = random(c.batch * c.capacity * c.rope_dim, rng, 1.0);
+    w_uk = random(c.latent_dim * c.heads * c.head_dim, rng, w);
+    w_uv = random(c.latent_dim * c.heads * c.head_dim, rng, w);
+  }
+  static std::vector<double> random(std::int64_t n, std::mt19937_64& rng, double scale) {
+    std::uniform_real_distribution<double> u(-scale, scale);
+    std::vector<double> v(n);
+    for (double& x : v) x = u(rng);
+    return v;
+  }
+
+  /// out (B,Tq,H,D) and lse (B,Tq,H), decompressing K and V row by row.
+  std::vector<double> reference(const Options& opt, std::vector<double>* lse = nullptr) const {
+    const std::int64_t Tq = c.queries, H = c.heads, D = c.head_dim, R = c.latent_dim, Dr = c.rope_dim;
+    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + Dr));
+    std::vector<double> out(c.batch * Tq * H * D, 0.0);
+    if (lse) lse->assign(c.batch * Tq * H, 0.0);
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t t = 0; t < Tq; ++t)
+        for (std::int64_t h = 0; h < H; ++h) {
+          const std::int64_t length = c.lengths[b], last = opt.causal ? length - Tq + t : length - 1;
+          const std::int64_t row = (b * Tq + t) * H + h;
+          std::vector<double> logits(last + 1), v(D * (last + 1), 0.0);
+          double mx = -INFINITY;
+          for (std::int64_t s = 0; s <= last; ++s) {
+            const double* l = &latent[(b * c.capacity + s) * R];
+            double dot = 0;
+            for (std::int64_t d = 0; d < D; ++d) {
+              double k = 0;
+              for (std::int64_t r = 0; r < R; ++r) {
+                k += l[r] * w_uk[(r * H + h) * D + d];
+                v[s * D + d] += l[r] * w_uv[(r * H + h) * D + d];
+              }
+              dot += q[row * D + d] * k;
+            }
+            for (std::int64_t e = 0; e < Dr; ++e)
+              dot += q_rope[row * Dr + e] * rope[(b * c.capacity + s) * Dr + e];
+            logits[s] = scale * dot;
+            mx = std::max(mx, logits[s]);
+          }
+          double sum = 0;
+          for (double& x : logits) sum += (x = std::exp(x - mx));
+          if (lse) (*lse)[row] = mx + std::log(sum);
+          for (std::int64_t s = 0; s <= last; ++s)
+            for (std::int64_t d = 0; d < D; ++d) out[row * D + d] += logits[s] / sum * v[s * D + d];
+        }
+    return out;
+  }
+};
+
+template <class T>
+View3<T> to_device3(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c) {
+  View3<T> d("data", a, b, c);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+template <class T>
+View4<T> to_device4(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c,
+                    std::int64_t e) {
+  View4<T> d("data", a, b, c, e);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
+/// The device-side cache of a case, with every row no sequence holds set to
+/// NaN (so reading one shows in the output), and pages in shuffled order.
+template <class T>
+struct DeviceCache {
+  LatentCache<T> cache;
+  Kokkos::View<int*, Kokkos::LayoutRight, Space> seqlens;
+  Kokkos::View<int**, Kokkos::LayoutRight, Space> block_table;
+
+  /// fill: write the logical rows a sequence holds (false: leave the whole cache NaN, for append tests).
+  DeviceCache(const Logical& l, std::uint64_t seed, bool fill = true) {
+    const CacheCase& c = l.c;
+    const std::int64_t R = c.latent_dim, Dr = c.rope_dim, width = R + (c.packed ? Dr : 0);
+    const std::int64_t page = c.page ? c.page : c.capacity, per_sequence = c.capacity / page;
+    const std::int64_t pages = c.page ? c.batch * per_sequence + 3 : c.batch;  // 3 pages nobody uses
+    std::vector<int> order(pages);
+    std::iota(order.begin(), order.end(), 0);
+    if (c.page) std::shuffle(order.begin(), order.end(), std::mt19937_64(seed));
+    seqlens = Kokkos::View<int*, Kokkos::LayoutRight, Space>("seqlens", c.batch);
+    auto hl = Kokkos::create_mirror_view(seqlens);
+    for (std::int64_t b = 0; b < c.batch; ++b) hl(b) = c.lengths[b];
+    Kokkos::deep_copy(seqlens, hl);
+    cache.seqlens = seqlens;
+    if (c.page) {
+      block_table = Kokkos::View<int**, Kokkos::LayoutRight, Space>("block_table", c.batch, per_sequence);
+      auto ht = Kokkos::create_mirror_view(block_table);
+      for (std::int64_t b = 0; b < c.batch; ++b)
+        for (std::int64_t p = 0; p < per_sequence; ++p) ht(b, p) = order[b * per_sequence + p];
+      Kokkos::deep_copy(block_table, ht);
+      cache.block_table = block_table;
+    }
+    cache.latent = View3<T>("latent", pages, page, width);
+    const bool separate_rope = Dr > 0 && !c.packed;
+    if (separate_rope) cache.k_rope = View3<T>("k_rope", pages, page, Dr);
+    auto hlat = Kokkos::create_mirror_view(cache.latent);
+    auto hrope = Kokkos::create_mirror_view(cache.k_rope);
+    Kokkos::deep_copy(hlat, T(std::nan("")));
+    Kokkos::deep_copy(hrope, T(std::nan("")));
+    for (std::int64_t b = 0; fill && b < c.batch; ++b)
+      for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
+        const std::int64_t pg = order[c.page ? b * per_sequence + s / page : b], at = s % page;
+        for (std::int64_t r = 0; r < R; ++r) hlat(pg, at, r) = T(l.latent[(b * c.capacity + s) * R + r]);
+        for (std::int64_t e = 0; e < Dr; ++e) {
+          const T x = T(l.rope[(b * c.capacity + s) * Dr + e]);
+          if (separate_rope)
+            hrope(pg, at, e) = x;
+          else
+            hlat(pg, at, R + e) = x;
+        }
+      }
+    Kokkos::deep_copy(cache.latent, hlat);
+    Kokkos::deep_copy(cache.k_rope, hrope);
+  }
+};
+
+/// Device arguments for a case; out and lse start as NaN.
+template <class T>
+CacheArguments<T> arguments(const Logical& l, const DeviceCache<T>& dc) {
+  const CacheCase& c = l.c;
+  CacheArguments<T> a;
+  a.q = to_device4<T>(l.q, c.batch, c.queries, c.heads, c.head_dim);
+  if (c.rope_dim > 0) a.q_rope = to_device4<T>(l.q_rope, c.batch, c.queries, c.heads, c.rope_dim);
+  a.cache = dc.cache;
+  a.w_uk = to_device3<T>(l.w_uk, c.latent_dim, c.heads, c.head_dim);
+  a.w_uv = to_device3<T>(l.w_uv, c.latent_dim, c.heads, c.head_dim);
+  a.out = View4<T>("out", c.batch, c.queries, c.heads, c.head_dim);
+  a.lse = View3<T>("lse", c.batch, c.queries, c.heads);
+  Kokkos::deep_copy(a.out, T(std::nan("")));
+  Kokkos::deep_copy(a.lse, T(std::nan("")));
+  return a;
+}
+
+Shape shape_of(const CacheCase& c) {
+  Shape s;
+  s.batch = c.batch;
+  s.queries = c.queries;
+  s.keys = c.capacity;
+  s.heads = c.heads;
+  s.head_dim = c.head_dim;
+  s.latent_dim = c.latent_dim;
+  return s;
+}
+
+Shape lse_shape_of(const CacheCase& c) {
+  Shape s = shape_of(c);
+  s.head_dim = 1;
+  return s;
+}
+
+/// Cases covering each feature; lengths are ragged unless noted.
+std::vector<CacheCase> cases() {
+  return {
+      {1, 1, 1, 1, 1, 0, 1, 0, false, {1}},                // everything 1
+      {3, 1, 4, 8, 16, 0, 40, 0, false, {40, 40, 40}},     // decode, contiguous, full
+      {4, 1, 5, 7, 12, 4, 37, 0, false, {1, 37, 20, 9}},   // ragged, RoPE, primes
+      {3, 2, 3, 5, 7, 3, 30, 1, false, {2, 30, 17}},       // page size 1, speculative Tq=2
+      {3, 1, 8, 16, 32, 8, 128, 64, false, {128, 65, 1}},  // page size 64
+      {2, 3, 6, 4, 24, 6, 48, 16, true, {48, 3}},          // packed, paged
+      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 11}},          // packed, contiguous
+      {2, 5, 3, 6, 11, 0, 35, 7, false, {5, 35}},          // prefill-like Tq, minimal length
+      {2, 4, 17, 3, 65, 2, 70, 5, false, {70, 42}},        // heads and R beyond a tile
+  };
+}
+
+template <class T>
+class Cache : public ::testing::Test {};
+TYPED_TEST_SUITE(Cache, Scalars);
+
+TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
+  using T = TypeParam;
+  std::uint64_t seed = 100;
+  for (const CacheCase& c : cases())
+    for (bool causal : {true, false})
+      for (int splits : {0, 1, 2, 3, 8}) {
+        SCOPED_TRACE(describe(c) + " causal=" + std::to_string(causal) + " splits=" + std::to_string(splits));
+        const Logical l(c, ++seed);
+        const DeviceCache<T> dc(l, seed);
+        const CacheArguments<T> a = arguments(l, dc);
+        Options opt;
+        opt.causal = causal;
+        opt.kv_splits = splits;
+        CachePlan<T> plan(Space(), cache_shape(a), opt);
+        plan.execute(Space(), a);
+        std::vector<double> lse;
+        const std::vector<double> want = l.reference(opt, &lse);
+        EXPECT_TRUE(close(Problem<T>::host_copy(a.out), want, tolerance<T>(), shape_of(c)));
+        EXPECT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(c)));
+      }
+}
+
+TYPED_TEST(Cache, CustomScaleAndFreeFunction) {
+  using T = TypeParam;
+  const CacheCase c{2, 2, 3, 8, 12, 4, 20, 4, false, {20, 9}};
+  const Logical l(c, 7);
+  const DeviceCache<T> dc(l, 7);
+  const CacheArguments<T> a = arguments(l, dc);
+  Options opt;
+  opt.scale = 0.21;
+  cache_attention(Space(), a, opt);
+  EXPECT_TRUE(close(Problem<T>::host_copy(a.out), l.reference(opt), tolerance<T>(), shape_of(c)));
+}
+
+/// The same pages in another order, or no pages at all, give the same bits.
+TYPED_TEST(Cache, PagedEqualsContiguousBitwise) {
+  using T = TypeParam;
+  for (int splits : {1, 3}) {
+    CacheCase c{3, 2, 4, 8, 20, 4, 48, 0, false, {48, 30, 7}};
+    const Logical contiguous(c, 5);
+    c.page = 8;
+    const Logical paged(c, 5);
+    Options opt;
+    opt.kv_splits = splits;
+    std::vector<double> results[3];
+    int i = 0;
+    for (const Logical* l : {&contiguous, &paged, &paged}) {
+      const DeviceCache<T> dc(*l, 40 + i);  // two different page orders
+      const CacheArguments<T> a = arguments(*l, dc);
+      CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
+      results[i++] = Problem<T>::host_copy(a.out);
+    }
+    EXPECT_EQ(results[0], results[1]);
+    EXPECT_EQ(results[1], results[2]);
+  }
+}
+
+/// Run to run, a plan gives the same bits, whatever its split count.
+TYPED_TEST(Cache, RepeatableBitwise) {
+  using T = TypeParam;
+  const CacheCase c{2, 1, 4, 8, 16, 4, 64, 16, false, {64, 33}};
+  const Logical l(c, 9);
+  const DeviceCache<T> dc(l, 9);
+  const CacheArguments<T> a = arguments(l, dc);
+  for (int splits : {1, 4}) {
+    Options opt;
+    opt.kv_splits = splits;
+    CachePlan<T> plan(Space(), cache_shape(a), opt);
+    plan.execute(Space(), a);
+    const auto first = Problem<T>::host_copy(a.out);
+    plan.execute(Space(), a);
+    EXPECT_EQ(first, Problem<T>::host_copy(a.out));
+  }
+}
+
+/// A contiguous cache, all sequences full and no RoPE, is attention() itself.
+TYPED_TEST(Cache, FullCacheEqualsAttention) {
+  using T = TypeParam;
+  const CacheCase c{2, 6, 3, 8, 16, 0, 19, 0, false, {19, 19}};
+  const Logical l(c, 11);
+  const DeviceCache<T> dc(l, 11);
+  const CacheArguments<T> a = arguments(l, dc);
+  cache_attention(Space(), a);
+  View4<T> out("out", c.batch, c.queries, c.heads, c.head_dim);
+  attention(Space(), a.q, dc.cache.latent, a.w_uk, a.w_uv, out);
+  EXPECT_TRUE(close(Problem<T>::host_copy(a.out), Problem<T>::host_copy(out), tolerance<T>(), shape_of(c)));
+}
+
+/// A serving loop: prefill appends a prompt per sequence, then decode steps
+/// append one or two tokens each; attention after each step matches the
+/// reference over the tokens held so far.
+TYPED_TEST(Cache, AppendThenAttend) {
+  using T = TypeParam;
+  for (bool packed : {false, true})
+    for (std::int64_t page : {0, 1, 6}) {
+      CacheCase c{2, 1, 3, 4, 10, 3, 24, page, packed, {0, 0}};
+      SCOPED_TRACE(describe(c));
+      Logical l(c, 13);
+      DeviceCache<T> dc(l, 13, false);  // nothing written yet: all NaN
+      auto append = [&](int tokens) {
+        // seqlens already count the new tokens: they are the last `tokens` positions.
+        auto hl = Kokkos::create_mirror_view(dc.seqlens);
+        for (int b = 0; b < 2; ++b) hl(b) = l.c.lengths[b];
+        Kokkos::deep_copy(dc.seqlens, hl);
+        std::vector<double> lat(2 * tokens * c.latent_dim), rope(2 * tokens * c.rope_dim);
+        for (int b = 0; b < 2; ++b)
+          for (int i = 0; i < tokens; ++i) {
+            const std::int64_t s = l.c.lengths[b] - tokens + i;
+            for (std::int64_t r = 0; r < c.latent_dim; ++r)
+              lat[(b * tokens + i) * c.latent_dim + r] = l.latent[(b * c.capacity + s) * c.latent_dim + r];
+            for (std::int64_t e = 0; e < c.rope_dim; ++e)
+              rope[(b * tokens + i) * c.rope_dim + e] = l.rope[(b * c.capacity + s) * c.rope_dim + e];
+          }
+        append_to_cache(Space(), dc.cache, to_device3<T>(lat, 2, tokens, c.latent_dim),
+                        to_device3<T>(rope, 2, tokens, c.rope_dim));
+      };
+      // A prompt of 9 tokens per sequence, appended in two pieces.
+      l.c.lengths = {5, 5};
+      append(5);
+      l.c.lengths = {9, 9};
+      append(4);
+      for (int step = 0; step < 4; ++step) {
+        const int tokens = step % 2 ? 2 : 1;
+        for (int& n : l.c.lengths) n += tokens;
+        append(tokens);
+        const CacheArguments<T> a = arguments(l, dc);
+        cache_attention(Space(), a);
+        EXPECT_TRUE(close(Problem<T>::host_copy(a.out), l.reference({}), tolerance<T>(), shape_of(l.c)))
+            << "after step " << step;
+      }
+    }
+}
+
+TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
+  using T = TypeParam;
+  const CacheCase c{2, 2, 3, 4, 8, 2, 16, 4, false, {16, 9}};
+  const Logical l(c, 17);
+  const DeviceCache<T> dc(l, 17);
+  const CacheArguments<T> good = arguments(l, dc);
+  auto run = [&](const CacheArguments<T>& a) { return [a] { cache_attention(Space(), a); }; };
+  auto set_ints = [](const auto& v, std::vector<int> values) {
+    auto h = Kokkos::create_mirror_view(v);
+    std::copy(values.begin(), values.end(), h.data());
+    Kokkos::deep_copy(v, h);
+  };
+
+  {  // a block-table entry out of range
+    DeviceCache<T> bad(l, 17);
+    set_ints(bad.block_table, {0, 1, 2, 3, 4, 99, 6, 7});
+    CacheArguments<T> a = good;
+    a.cache = bad.cache;
+    expect_rejected<T>(run(a), {"cache.block_table(1, 1) = 99", "pages"}, a.out);
+  }
+  {  // seqlens below Tq and beyond the capacity
+    DeviceCache<T> bad(l, 17);
+    CacheArguments<T> a = good;
+    a.cache = bad.cache;
+    set_ints(bad.seqlens, {1, 9});
+    expect_rejected<T>(run(a), {"cache.seqlens(0) = 1", "[2, 16]"}, a.out);
+    set_ints(bad.seqlens, {16, 17});
+    expect_rejected<T>(run(a), {"cache.seqlens(1) = 17"}, a.out);
+  }
+  {  // k_rope pages of another size
+    CacheArguments<T> a = good;
+    a.cache.k_rope = View3<T>("k_rope", dc.cache.latent.extent(0), 5, 2);
+    expect_rejected<T>(run(a), {"cache.k_rope.extent(1) = 5", "cache.latent.extent(1) = 4"}, a.out);
+  }
+  {  // RoPE widths that disagree, and RoPE keys without RoPE queries
+    CacheArguments<T> a = good;
+    a.q_rope = View4<T>("q_rope", 2, 2, 3, 3);
+    expect_rejected<T>(run(a), {"cache.k_rope.extent(2) = 2", "q_rope.extent(3) = 3"}, a.out);
+    a.q_rope = {};
+    expect_rejected<T>(run(a), {"cache.k_rope", "no RoPE queries"}, a.out);
+  }
+  {  // a packed cache of the wrong width
+    CacheArguments<T> a = good;
+    a.cache.k_rope = {};
+    expect_rejected<T>(run(a), {"cache.latent.extent(2) = 8", "R + Dr = 10"}, a.out);
+  }
+  {  // a block table for another batch, and out aliasing the cache
+    CacheArguments<T> a = good;
+    a.cache.block_table = Kokkos::View<int**, Kokkos::LayoutRight, Space>("block_table", 3, 4);
+    expect_rejected<T>(run(a), {"cache.block_table.extent(0) = 3", "q.extent(0) = 2"}, a.out);
+    a = good;
+    a.out = View4<T>(dc.cache.latent.data(), 2, 2, 3, 4);
+    expect_rejected<T>(run(a), {"out aliases cache.latent"}, good.lse);
+  }
+  {  // a plan for another shape
+    CachePlan<T> plan(Space(), cache_shape(good));
+    CacheArguments<T> a = good;
+    a.q = View4<T>("q", 2, 1, 3, 4);
+    a.q_rope = View4<T>("q_rope", 2, 1, 3, 2);
+    a.out = View4<T>("out", 2, 1, 3, 4);
+    a.lse = View3<T>("lse", 2, 1, 3);
+    expect_rejected<T>([&] { plan.execute(Space(), a); }, {"given to a plan made for"}, a.out);
+  }
+  {  // append: new tokens of another width, and more new tokens than a sequence holds
+    View3<T> lat("lat", 2, 1, 7), rope("rope", 2, 1, 2);
+    expect_rejected<T>([&] { append_to_cache(Space(), dc.cache, lat, rope); },
+                       {"cache.latent.extent(2) = 8", "new_latent.extent(2)"}, dc.cache.latent);
+  }
+  {
+    DeviceCache<T> bad(l, 17);
+    set_ints(bad.seqlens, {16, 2});
+    View3<T> lat("lat", 2, 3, 8), rope("rope", 2, 3, 2);
+    expect_rejected<T>([&] { append_to_cache(Space(), bad.cache, lat, rope); },
+                       {"cache.seqlens(1) = 2", "[3, 16]"}, bad.cache.latent);
+  }
+  EXPECT_THROW(CachePlan<T>(Space(), CacheShape{2, 3, 1, 1, 1, 0, 2}), std::invalid_argument);
+  Options negative;
+  negative.kv_splits = -1;
+  EXPECT_THROW(CachePlan<T>(Space(), cache_shape(good), negative), std::invalid_argument);
+}
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA
