@@ -92,6 +92,7 @@ struct LatentKernel {
   T* workspace = nullptr;
   std::int64_t batch = 0, queries = 0, heads = 0, dim = 0, rank = 0, rope_dim = 0;
   int splits = 1;
+  int team_threads = 1;  ///< the most threads a team is launched with: its partial sums
   LatentTiles tiles;
   T scale = 1;
   bool causal = true;
@@ -99,7 +100,7 @@ struct LatentKernel {
 
   /// Element offsets of the team's scratch arrays; a step's unused ones are empty.
   struct Layout {
-    std::size_t rows_d, stage, qa, qr, oa, p, max, sum, rescale, total;
+    std::size_t rows_d, stage, qa, qr, oa, p, max, sum, rescale, partial, total;
   };
   KOKKOS_INLINE_FUNCTION Layout layout(const LatentTiles& t) const {
     const std::size_t rows = std::size_t(t.rows());
@@ -119,6 +120,7 @@ struct LatentKernel {
     l.max = c.take(attends ? rows : 0);
     l.sum = c.take(attends ? rows : 0);
     l.rescale = c.take(attends ? rows : 0);
+    l.partial = c.take(attends ? std::size_t(team_threads) : 0);
     l.total = c.used;
     return l;
   }
@@ -216,7 +218,7 @@ struct LatentKernel {
   /// oa = softmax_causal(qa . latent^T + scale * qr . rope^T) . latent,
   /// normalised, over the block's key range; latent (and rope) staged in tiles.
   KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, Mat<T> qr, T* stage,
-                                     Mat<T> p, SoftmaxRows<T> st, Mat<T> oa) const {
+                                     Mat<T> p, SoftmaxRows<T> st, T* partial, Mat<T> oa) const {
     const int rows = k.rows(), r = int(rank), dr = int(rope_dim);
     const std::int64_t length = cache.length(k.b), offset = length - queries;
     auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
@@ -226,12 +228,12 @@ struct LatentKernel {
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(tiles.key_tile, range.end - s0));
       team_gather(team, n, r, KeyRows<T>{&cache, cache.latent, cache.latent_ld, k.b, s0}, latent_tile);
-      team_gemm(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld},
-                TransposedB<T>{latent_tile.ptr, latent_tile.ld}, p, static_cast<const T*>(nullptr), false);
+      team_gemm_long_k(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld},
+                       TransposedB<T>{latent_tile.ptr, latent_tile.ld}, p, false, partial);
       if (dr > 0) {
         team_gather(team, n, dr, KeyRows<T>{&cache, cache.rope, cache.rope_ld, k.b, s0}, rope_tile);
-        team_gemm(team, rows, n, dr, scale, Mat<const T>{qr.ptr, qr.ld},
-                  TransposedB<T>{rope_tile.ptr, rope_tile.ld}, p, static_cast<const T*>(nullptr), true);
+        team_gemm_long_k(team, rows, n, dr, scale, Mat<const T>{qr.ptr, qr.ld},
+                         TransposedB<T>{rope_tile.ptr, rope_tile.ld}, p, true, partial);
       }
       softmax_update(team, rows, n, s0, last_key, p, st);
       team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{latent_tile.ptr, latent_tile.ld},
@@ -307,7 +309,7 @@ struct LatentKernel {
     if (Step == LatentStep::Absorb) move_rows<false>(team, k, workspace, rank, qa);
     if (Step == LatentStep::Attend) move_rows<true>(team, k, workspace, rank, qa);
     if (attends && rope_dim > 0) move_rows<true>(team, k, const_cast<T*>(q_rope), rope_dim, qr);
-    if (attends) attend(team, k, qa, qr, stage, p, st, oa);
+    if (attends) attend(team, k, qa, qr, stage, p, st, base + l.partial, oa);
     if (Step == LatentStep::Attend) move_rows<false>(team, k, workspace, rank, oa);
     if (Step == LatentStep::Split) move_rows<false>(team, k, part_oa(k.part), rank, oa);
     if (Step == LatentStep::UpProject) move_rows<true>(team, k, workspace, rank, oa);

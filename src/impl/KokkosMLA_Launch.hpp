@@ -39,6 +39,7 @@ LatentKernel<ExecSpace, T, Step> latent_kernel(const Shape& s) {
   k.cache.keys = s.keys;
   k.cache.page_size = s.keys;
   k.cache.latent_ld = s.latent_dim;
+  k.team_threads = preferred_team_size<ExecSpace>();
   return k;
 }
 

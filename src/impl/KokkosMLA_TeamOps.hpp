@@ -13,6 +13,13 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// Threads per team the kernels ask for (clamped at launch): host teams are
+/// one thread, as teams map to cores; GPU teams a few warps.
+template <class ExecSpace>
+constexpr int preferred_team_size() {
+  return is_host_space<ExecSpace>() ? 1 : 128;
+}
+
 /// A row-major matrix: element (i, j) at ptr[i * ld + j].
 template <class T>
 struct Mat {
@@ -88,6 +95,38 @@ KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T
     team_gemm_blocked<2, 2>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
   else
     team_gemm_blocked<1, 1>(team, M, N, K, alpha, A, B, C, row_scale, accumulate);
+  team.team_barrier();
+}
+
+/// The same product for few outputs and a long inner dimension (decoding's
+/// scores: a few head rows against a few keys, over R): when M x N leaves
+/// threads idle, each output gets a group of threads that split K (neighbours
+/// take neighbouring k, so scratch reads stay conflict-free) and one thread
+/// sums the group's partial sums. partial holds team_size values.
+/// accumulate adds to C (no row scale). Ends with a team barrier.
+template <class Member, class T, class BAccess>
+KOKKOS_INLINE_FUNCTION void team_gemm_long_k(const Member& team, int M, int N, int K, T alpha, Mat<const T> A,
+                                             BAccess B, Mat<T> C, bool accumulate, T* partial) {
+  const int outputs = M * N, threads = team.team_size();
+  int group = 1;
+  while (outputs * group * 2 <= threads && group * 2 <= K) group *= 2;
+  if (group == 1) {
+    team_gemm(team, M, N, K, alpha, A, B, C, static_cast<const T*>(nullptr), accumulate);
+    return;
+  }
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, outputs * group), [&](const int e) {
+    const int o = e / group, i = o / N, j = o % N;
+    T acc = 0;
+    for (int k = e % group; k < K; k += group) acc += A(i, k) * B(k, j);
+    partial[e] = acc;
+  });
+  team.team_barrier();
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, outputs), [&](const int o) {
+    const int i = o / N, j = o % N;
+    T sum = 0;
+    for (int g = 0; g < group; ++g) sum += partial[o * group + g];
+    C(i, j) = (accumulate ? C(i, j) : T(0)) + alpha * sum;
+  });
   team.team_barrier();
 }
 

@@ -31,8 +31,7 @@ Backend backend_of(const ExecSpace& exec) {
   Kokkos::TeamPolicy<ExecSpace> policy(exec, 1, 1);
   b.scratch_max[0] = std::size_t(policy.scratch_size_max(0));
   b.scratch_max[1] = std::size_t(policy.scratch_size_max(1));
-  // Host teams are one thread (teams map to cores); GPU teams a few warps.
-  b.team_size = b.host ? 1 : 128;
+  b.team_size = preferred_team_size<ExecSpace>();
   return b;
 }
 
