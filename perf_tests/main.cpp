@@ -7,7 +7,12 @@
 // batch of wall time: ~15 s for the original example on a GPU (batch ~70),
 // 0.2 s for large shapes (batch 1). relerr is measured against the double-precision Decompressed path.
 //
+// Decode benchmarks (decode/float/...) time one CachePlan::execute per
+// iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part) and
+// report GB/s of the cache read once and useful GFLOP/s of the absorbed form.
+//
 //   kokkosmla_perf_tests --benchmark_filter='float/.*B4_T1024'   # one shape
+//   kokkosmla_perf_tests --benchmark_filter='decode/'           # the decode shapes
 //   kokkosmla_perf_tests --benchmark_format=json                # machine-readable
 
 #include <KokkosMLA.hpp>
@@ -164,6 +169,138 @@ void register_all(const char* type) {
     }
 }
 
+/// A DeepSeek-V3 decode problem: B sequences of `keys` tokens each in a paged
+/// cache (pages in a scattered order), Tq new queries per sequence, RoPE part.
+struct DecodeShape {
+  std::int64_t batch, queries, heads, keys, page;
+  std::int64_t head_dim = 128, latent_dim = 512, rope_dim = 64;
+};
+
+std::vector<DecodeShape> decode_shapes() {
+  std::vector<DecodeShape> s;
+  for (std::int64_t heads : {16, 128})
+    for (std::int64_t queries : {1, 2})
+      for (std::int64_t keys : {4096, 8192}) s.push_back({128, queries, heads, keys, 64});
+  return s;
+}
+
+template <class T>
+struct DecodeInputs {
+  View1<T> q, q_rope, latent, k_rope, w_uk, w_uv, out;
+  Kokkos::View<int**, Kokkos::LayoutRight, Space> block_table;
+  Kokkos::View<int*, Kokkos::LayoutRight, Space> seqlens;
+  CacheArguments<T> args;
+
+  explicit DecodeInputs(const DecodeShape& d) {
+    const std::int64_t rows = d.batch * d.queries * d.heads, per_sequence = d.keys / d.page;
+    const std::int64_t pages = d.batch * per_sequence;
+    q = View1<T>("q", rows * d.head_dim);
+    q_rope = View1<T>("q_rope", rows * d.rope_dim);
+    out = View1<T>("out", rows * d.head_dim);
+    latent = View1<T>("latent", pages * d.page * d.latent_dim);
+    k_rope = View1<T>("k_rope", pages * d.page * d.rope_dim);
+    w_uk = View1<T>("w_uk", d.latent_dim * d.heads * d.head_dim);
+    w_uv = View1<T>("w_uv", d.latent_dim * d.heads * d.head_dim);
+    Test::fill_hash(q, 11, 1.0);
+    Test::fill_hash(q_rope, 12, 1.0);
+    Test::fill_hash(latent, 13, 1.0);
+    Test::fill_hash(k_rope, 14, 1.0);
+    Test::fill_hash(w_uk, 15, 1.0 / std::sqrt(double(d.latent_dim)));
+    Test::fill_hash(w_uv, 16, 1.0 / std::sqrt(double(d.latent_dim)));
+    block_table = decltype(block_table)("block_table", d.batch, per_sequence);
+    seqlens = decltype(seqlens)("seqlens", d.batch);
+    const auto table = block_table;
+    const auto lengths = seqlens;
+    const std::int64_t keys = d.keys;
+    // Page i of the pool is (i * 7919) mod pages: a bijection that scatters sequences.
+    Kokkos::parallel_for(
+        "KokkosMLA::bench::block_table", Kokkos::RangePolicy<Space>(0, pages),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          table(i / per_sequence, i % per_sequence) = int((i * 7919) % pages);
+          if (i % per_sequence == 0) lengths(i / per_sequence) = int(keys);
+        });
+    using C = CacheArguments<T>;
+    args.q = typename C::ConstRank4(q.data(), d.batch, d.queries, d.heads, d.head_dim);
+    args.q_rope = typename C::ConstRank4(q_rope.data(), d.batch, d.queries, d.heads, d.rope_dim);
+    args.w_uk = typename C::ConstRank3(w_uk.data(), d.latent_dim, d.heads, d.head_dim);
+    args.w_uv = typename C::ConstRank3(w_uv.data(), d.latent_dim, d.heads, d.head_dim);
+    args.out = typename C::Rank4(out.data(), d.batch, d.queries, d.heads, d.head_dim);
+    args.cache.latent = typename LatentCache<T>::Tokens(latent.data(), pages, d.page, d.latent_dim);
+    args.cache.k_rope = typename LatentCache<T>::Tokens(k_rope.data(), pages, d.page, d.rope_dim);
+    args.cache.block_table = block_table;
+    args.cache.seqlens = seqlens;
+  }
+};
+
+/// ||out - ref|| / ||ref|| against the same problem in double (on the same device).
+template <class T>
+double decode_relative_error(const DecodeShape& d, const DecodeInputs<T>& in) {
+  DecodeInputs<double> ref(d);
+  CachePlan<double, Space>(Space(), cache_shape(ref.args)).execute(Space(), ref.args);
+  const View1<T> out = in.out;
+  const View1<double> want = ref.out;
+  double num = 0, den = 0;
+  Kokkos::parallel_reduce(
+      "KokkosMLA::bench::error", Kokkos::RangePolicy<Space>(0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, double& n) {
+        const double e = double(out(i)) - want(i);
+        n += e * e;
+      },
+      num);
+  Kokkos::parallel_reduce(
+      "KokkosMLA::bench::norm", Kokkos::RangePolicy<Space>(0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, double& n) { n += want(i) * want(i); }, den);
+  return std::sqrt(num / den);
+}
+
+template <class T>
+void run_decode(benchmark::State& state, DecodeShape d) {
+  DecodeInputs<T> in(d);
+  Options opt;
+  opt.check_cache_indices = false;  // as a serving loop would run it
+  CachePlan<T, Space> plan(Space(), cache_shape(in.args), opt);
+  Space exec;
+  plan.execute(exec, in.args);
+  exec.fence();
+  for (auto _ : state) {
+    Kokkos::Timer timer;
+    plan.execute(exec, in.args);
+    exec.fence();
+    state.SetIterationTime(timer.seconds());
+  }
+  const double rows = double(d.batch * d.queries * d.heads), R = double(d.latent_dim),
+               Dr = double(d.rope_dim);
+  const double flops = rows * (4 * d.head_dim * R + 2 * d.keys * (R + Dr) + 2 * d.keys * R);
+  const double bytes = sizeof(T) * (double(d.batch * d.keys) * (R + Dr) + rows * (2 * d.head_dim + Dr));
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["splits"] = plan.splits();
+  static std::map<std::string, double> errors;
+  const std::string key =
+      std::to_string(d.heads) + "/" + std::to_string(d.queries) + "/" + std::to_string(d.keys);
+  if (!errors.count(key)) errors[key] = decode_relative_error(d, in);
+  state.counters["relerr"] = errors[key];
+  state.SetLabel(plan.describe());
+}
+
+std::string decode_name(const DecodeShape& d) {
+  std::ostringstream o;
+  o << "B" << d.batch << "_Tq" << d.queries << "_H" << d.heads << "_S" << d.keys << "_R" << d.latent_dim
+    << "_Dr" << d.rope_dim << "_P" << d.page;
+  return o.str();
+}
+
+template <class T>
+void register_decode(const char* type) {
+  for (const DecodeShape& d : decode_shapes()) {
+    const std::string name = std::string("decode/") + type + "/" + decode_name(d);
+    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode<T>(st, d); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2);
+  }
+}
+
 }  // namespace Bench
 }  // namespace KokkosMLA
 
@@ -178,6 +315,7 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("git_hash", KOKKOSMLA_GIT_HASH);
     benchmark::AddCustomContext("kokkos_configuration", config.str());
     KokkosMLA::Bench::register_all<float>("float");
+    KokkosMLA::Bench::register_decode<float>("float");
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
