@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Runs KokkosMLA's decode benchmarks (CachePlan over a paged cache) and the
+PyTorch absorbed decode back to back, and appends one JSON object per line:
+shape [B,Tq,H,D,R], Tq, S, page, Dr, dtype, impl, backend, ms (median),
+relerr (against float64), GBps (the cache read once + q + out) and TFLOP/s.
+
+PyTorch baseline (fp32, TF32 off), on a contiguous cache:
+  qa = q . w_uk^T per head (the query absorbed into the latent space),
+  scores = scale * (qa . latent^T + q_rope . k_rope^T), causal for Tq > 1,
+  softmax, oa = p . latent, out = oa . w_uv per head.
+
+  compare_decode.py --bench build/perf_tests/kokkosmla_perf_tests --out perf_tests/results/h200.jsonl --append
+"""
+import argparse, json, math, re, subprocess
+
+SHAPES = [(128, tq, h, s) for h in (16, 128) for tq in (1, 2) for s in (4096, 8192)]
+D, R, DR, PAGE = 128, 512, 64, 64
+
+
+def decode_flops(B, Tq, H, S):
+    return B * Tq * H * (4 * D * R + 2 * S * (R + DR) + 2 * S * R)
+
+
+def decode_bytes(B, Tq, H, S):
+    return 4 * (B * S * (R + DR) + B * Tq * H * (2 * D + DR))
+
+
+def name(B, Tq, H, S):
+    return "B%d_Tq%d_H%d_S%d_R%d_Dr%d_P%d" % (B, Tq, H, S, R, DR, PAGE)
+
+
+def row(B, Tq, H, S, impl, backend, ms, relerr):
+    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype="float32", impl=impl, backend=backend,
+                ms=round(ms, 5), relerr=relerr, GBps=round(decode_bytes(B, Tq, H, S) / ms / 1e6, 1),
+                tflops=round(decode_flops(B, Tq, H, S) / ms / 1e9, 3))
+
+
+def run_torch(shapes):
+    import torch
+    import triton.testing as tt
+    torch.backends.cuda.matmul.allow_tf32 = False
+    dev = "cuda"
+
+    def decode(q, q_rope, lat, rope, wk, wv):
+        Tq, S = q.shape[1], lat.shape[1]
+        qa = torch.einsum("bthd,rhd->bthr", q, wk)
+        scores = torch.einsum("bthr,bsr->bths", qa, lat) + torch.einsum("bthe,bse->bths", q_rope, rope)
+        scores = scores * (1.0 / math.sqrt(D + DR))
+        if Tq > 1:  # query t sits at S - Tq + t
+            s = torch.arange(S, device=q.device)
+            t = torch.arange(Tq, device=q.device)
+            scores = scores.masked_fill((s[None, :] > S - Tq + t[:, None])[None, :, None, :], float("-inf"))
+        p = torch.softmax(scores, dim=-1)
+        return torch.einsum("bthr,rhd->bthd", torch.einsum("bths,bsr->bthr", p, lat), wv)
+
+    rows = []
+    for (B, Tq, H, S) in shapes:
+        g = torch.Generator(device=dev).manual_seed(0)
+        args = [torch.randn(B, Tq, H, D, device=dev, generator=g), torch.randn(B, Tq, H, DR, device=dev, generator=g),
+                torch.randn(B, S, R, device=dev, generator=g), torch.randn(B, S, DR, device=dev, generator=g),
+                torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R),
+                torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)]
+        out = decode(*args)
+        ref = decode(*[a.double() for a in args])
+        err = float((out.double() - ref).norm() / ref.norm())
+        del out, ref
+        ms = tt.do_bench(lambda: decode(*args), warmup=25, rep=200, return_mode="median")
+        r = row(B, Tq, H, S, "torch-absorbed-decode", "torch-cuda", ms, err)
+        rows.append(r)
+        print(json.dumps(r), flush=True)
+        del args
+        torch.cuda.empty_cache()
+    return rows
+
+
+def run_ours(args, shapes):
+    flt = "decode/float/(%s)" % "|".join(name(*s) for s in shapes)
+    cmd = [args.bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions,
+           "--benchmark_report_aggregates_only=true", "--benchmark_filter=" + flt]
+    print("+", " ".join(cmd), flush=True)
+    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    rows = []
+    for b in res["benchmarks"]:
+        if b.get("aggregate_name") != "median":
+            continue
+        B, Tq, H, S = (int(x) for x in re.findall(r"\d+", b["run_name"].split("/")[2])[:4])
+        r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"))
+        r["splits"] = b.get("splits")
+        r["plan"] = b.get("label", "")
+        rows.append(r)
+    return rows
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--bench", required=True)
+    p.add_argument("--backend", default="cuda")
+    p.add_argument("--filter", default="", help="regex on B..._Tq..._H..._S... names")
+    p.add_argument("--repetitions", type=int, default=3)
+    p.add_argument("--device", default="")
+    p.add_argument("--out", required=True)
+    p.add_argument("--append", action="store_true")
+    args = p.parse_args()
+    shapes = [s for s in SHAPES if re.search(args.filter, name(*s))]
+    torch_rows = run_torch(shapes)
+    ours = run_ours(args, shapes)
+    import torch
+    device = args.device or torch.cuda.get_device_name()
+    with open(args.out, "a" if args.append else "w") as f:
+        for r in torch_rows + ours:
+            r["device"] = device
+            f.write(json.dumps(r) + "\n")
+    base = {(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in torch_rows}
+    for r in torch_rows + ours:
+        key = (r["shape"][0], r["Tq"], r["shape"][2], r["S"])
+        print("%-34s %-22s %9.4f ms %8.1f GB/s %7.2f TF/s  vs torch %.2fx  relerr %s" % (
+            name(*key), r["impl"], r["ms"], r["GBps"], r["tflops"], base[key] / r["ms"], r["relerr"]))
+
+
+if __name__ == "__main__":
+    main()
