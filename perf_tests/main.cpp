@@ -184,6 +184,20 @@ std::vector<DecodeShape> decode_shapes() {
   return s;
 }
 
+/// Every sequence full (keys tokens); page i of the pool is (i * 7919) mod
+/// pages, a bijection that scatters each sequence's pages.
+inline void scatter_pages(const Kokkos::View<int**, Kokkos::LayoutRight, Space>& table,
+                          const Kokkos::View<int*, Kokkos::LayoutRight, Space>& lengths, std::int64_t keys) {
+  const std::int64_t per_sequence = std::int64_t(table.extent(1)),
+                     pages = per_sequence * std::int64_t(table.extent(0));
+  Kokkos::parallel_for(
+      "KokkosMLA::bench::block_table", Kokkos::RangePolicy<Space>(0, pages),
+      KOKKOS_LAMBDA(const std::int64_t i) {
+        table(i / per_sequence, i % per_sequence) = int((i * 7919) % pages);
+        if (i % per_sequence == 0) lengths(i / per_sequence) = int(keys);
+      });
+}
+
 template <class T>
 struct DecodeInputs {
   View1<T> q, q_rope, latent, k_rope, w_uk, w_uv, out;
@@ -209,16 +223,7 @@ struct DecodeInputs {
     Test::fill_hash(w_uv, 16, 1.0 / std::sqrt(double(d.latent_dim)));
     block_table = decltype(block_table)("block_table", d.batch, per_sequence);
     seqlens = decltype(seqlens)("seqlens", d.batch);
-    const auto table = block_table;
-    const auto lengths = seqlens;
-    const std::int64_t keys = d.keys;
-    // Page i of the pool is (i * 7919) mod pages: a bijection that scatters sequences.
-    Kokkos::parallel_for(
-        "KokkosMLA::bench::block_table", Kokkos::RangePolicy<Space>(0, pages),
-        KOKKOS_LAMBDA(const std::int64_t i) {
-          table(i / per_sequence, i % per_sequence) = int((i * 7919) % pages);
-          if (i % per_sequence == 0) lengths(i / per_sequence) = int(keys);
-        });
+    scatter_pages(block_table, seqlens, d.keys);
     using C = CacheArguments<T>;
     args.q = typename C::ConstRank4(q.data(), d.batch, d.queries, d.heads, d.head_dim);
     args.q_rope = typename C::ConstRank4(q_rope.data(), d.batch, d.queries, d.heads, d.rope_dim);
