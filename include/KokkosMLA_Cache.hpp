@@ -113,6 +113,7 @@ class CachePlan {
   Options options_;
   double scale_ = 1;
   int splits_ = 1;
+  bool in_registers_ = false;  ///< the GPU kernel with register accumulators
   Impl::LaunchConfig config_;
   Kokkos::View<Scalar*, memory_space> workspace_;
 };

@@ -36,6 +36,10 @@ LatentKeys<Scalar> keys_of(const Cache& cache, std::int64_t rank, std::int64_t r
   return k;
 }
 
+/// The GPU kernel of cache attention: oa in registers, R <= 4 * team size.
+template <class ExecSpace, class T, LatentStep Step>
+using RegisterKernel = DecodeKernel<ExecSpace, T, Step, 4>;
+
 /// A latent kernel of a cache problem's extents (cache pointers unset).
 template <class ExecSpace, class T, LatentStep Step>
 LatentKernel<ExecSpace, T, Step> cache_kernel(const CacheShape& s, int splits) {
@@ -87,8 +91,22 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim + shape.rope_dim));
   const Backend be = backend_of(exec);
   // Split and Fused attend alike; the tiles of one serve both.
-  const Fitted<LatentTiles> f =
-      latent_tiles(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(shape, 1), shape.capacity, be);
+  const auto prototype = cache_kernel<ExecSpace, Scalar, LatentStep::Split>(shape, 1);
+  Fitted<LatentTiles> f = latent_tiles(prototype, shape.capacity, be);
+  {
+    // The register kernel when its rows and columns fit: on GPUs for R up to
+    // 4 * 128, on hosts (one thread per team) only for R <= 4.
+    const RegisterKernel<ExecSpace, Scalar, LatentStep::Split> registers(prototype);
+    try {
+      const Fitted<LatentTiles> d = decode_tiles(registers, shape.capacity, be);
+      if (registers.fits(d.tiles, be.team_size)) {
+        f = d;
+        in_registers_ = true;
+      }
+    } catch (const std::invalid_argument&) {
+      // Too wide for level-0 scratch: stay with the portable kernel.
+    }
+  }
   config_.algorithm = Algorithm::Fused;
   config_.team_size = be.team_size;
   config_.scratch_max0 = be.scratch_max[0];
@@ -111,7 +129,8 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
 template <class Scalar, class ExecSpace>
 std::string CachePlan<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
-  o << to_string(shape_) << " " << ExecSpace::name() << " cache attention splits=" << splits_
+  o << to_string(shape_) << " " << ExecSpace::name() << " cache attention"
+    << (in_registers_ ? " (accumulators in registers)" : "") << " splits=" << splits_
     << " team_size=" << config_.team_size << " query_tile=" << config_.query_tile
     << " head_group=" << config_.head_group << " weight_chunk=" << config_.weight_chunk
     << " key_tile=" << config_.key_tile << " scratch=" << config_.scratch_bytes << "B@level"
@@ -142,13 +161,19 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
     k.workspace = workspace_.data();
     return k;
   };
+  // Fused and Split attend, in registers when planned so; Combine merges the parts.
+  auto attend = [&](auto step, const char* label) {
+    constexpr LatentStep Step = decltype(step)::value;
+    if (in_registers_)
+      launch_latent(exec, label, RegisterKernel<ExecSpace, Scalar, Step>(bind(step)), config_);
+    else
+      launch_latent(exec, label, bind(step), config_);
+  };
   using Step = LatentStep;
   if (splits_ == 1) {
-    launch_latent(exec, "KokkosMLA::CacheAttention", bind(std::integral_constant<Step, Step::Fused>()),
-                  config_);
+    attend(std::integral_constant<Step, Step::Fused>(), "KokkosMLA::CacheAttention");
   } else {
-    launch_latent(exec, "KokkosMLA::CacheAttention::split", bind(std::integral_constant<Step, Step::Split>()),
-                  config_);
+    attend(std::integral_constant<Step, Step::Split>(), "KokkosMLA::CacheAttention::split");
     launch_latent(exec, "KokkosMLA::CacheAttention::combine",
                   bind(std::integral_constant<Step, Step::Combine>()), config_);
   }

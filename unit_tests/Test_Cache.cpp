@@ -208,6 +208,9 @@ std::vector<CacheCase> cases() {
       {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 11}},          // packed, contiguous
       {2, 5, 3, 6, 11, 0, 35, 7, false, {5, 35}},          // prefill-like Tq, minimal length
       {2, 4, 17, 3, 65, 2, 70, 5, false, {70, 42}},        // heads and R beyond a tile
+      // R <= 4: the register kernel runs on hosts too (GPUs take it up to R = 512).
+      {3, 2, 5, 6, 4, 3, 40, 8, false, {40, 17, 2}},  // paged, RoPE, ragged
+      {2, 1, 9, 5, 3, 2, 30, 0, true, {30, 7}},       // packed, two head groups
   };
 }
 
@@ -229,6 +232,10 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
         opt.causal = causal;
         opt.kv_splits = splits;
         CachePlan<T> plan(Space(), cache_shape(a), opt);
+        // Every backend runs the register kernel for R <= 4 (GPUs for larger R too).
+        if (c.latent_dim <= 4) {
+          EXPECT_NE(plan.describe().find("registers"), std::string::npos) << plan.describe();
+        }
         plan.execute(Space(), a);
         std::vector<double> lse;
         const std::vector<double> want = l.reference(opt, &lse);

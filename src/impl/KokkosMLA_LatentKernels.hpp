@@ -120,7 +120,7 @@ struct LatentKernel {
     l.max = c.take(attends ? rows : 0);
     l.sum = c.take(attends ? rows : 0);
     l.rescale = c.take(attends ? rows : 0);
-    l.partial = c.take(attends ? std::size_t(team_threads) : 0);
+    l.partial = c.take(attends ? 4 * std::size_t(team_threads) : 0);
     l.total = c.used;
     return l;
   }

@@ -50,9 +50,8 @@ inline LatentTiles latent_tiles_of(const LaunchConfig& c) {
 
 /// Launches a latent kernel whose tiles are set; its scratch goes to level 0
 /// when it fits there.
-template <class ExecSpace, class T, LatentStep Step>
-void launch_latent(const ExecSpace& exec, const char* label, LatentKernel<ExecSpace, T, Step> k,
-                   const LaunchConfig& c) {
+template <class ExecSpace, class Kernel>
+void launch_latent(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
   const std::size_t bytes = k.scratch_bytes(k.tiles);
   k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
   launch(exec, label, k, c.team_size, bytes);

@@ -99,32 +99,44 @@ KOKKOS_INLINE_FUNCTION void team_gemm(const Member& team, int M, int N, int K, T
 }
 
 /// The same product for few outputs and a long inner dimension (decoding's
-/// scores: a few head rows against a few keys, over R): when M x N leaves
-/// threads idle, each output gets a group of threads that split K (neighbours
-/// take neighbouring k, so scratch reads stay conflict-free) and one thread
-/// sums the group's partial sums. partial holds team_size values.
-/// accumulate adds to C (no row scale). Ends with a team barrier.
+/// scores: a few head rows against a few keys, over R): when the 2x2 output
+/// blocks leave threads idle, each block gets a group of threads that split K
+/// (neighbours take neighbouring k, so scratch reads stay conflict-free), and
+/// one thread per output sums the group's partial sums. partial holds
+/// 4 * team_size values. accumulate adds to C (no row scale). Ends with a barrier.
 template <class Member, class T, class BAccess>
 KOKKOS_INLINE_FUNCTION void team_gemm_long_k(const Member& team, int M, int N, int K, T alpha, Mat<const T> A,
                                              BAccess B, Mat<T> C, bool accumulate, T* partial) {
-  const int outputs = M * N, threads = team.team_size();
+  const int mb = (M + 1) / 2, nb = (N + 1) / 2, blocks = mb * nb, threads = team.team_size();
   int group = 1;
-  while (outputs * group * 2 <= threads && group * 2 <= K) group *= 2;
+  while (blocks * group * 2 <= threads && group * 2 <= K) group *= 2;
   if (group == 1) {
     team_gemm(team, M, N, K, alpha, A, B, C, static_cast<const T*>(nullptr), accumulate);
     return;
   }
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, outputs * group), [&](const int e) {
-    const int o = e / group, i = o / N, j = o % N;
-    T acc = 0;
-    for (int k = e % group; k < K; k += group) acc += A(i, k) * B(k, j);
-    partial[e] = acc;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, blocks * group), [&](const int e) {
+    const int blk = e / group, i0 = 2 * (blk / nb), j0 = 2 * (blk % nb);
+    // An odd last row or column repeats its neighbour; its sums are never read.
+    const int i1 = min_of(i0 + 1, M - 1), j1 = min_of(j0 + 1, N - 1);
+    T c00 = 0, c01 = 0, c10 = 0, c11 = 0;
+    for (int k = e % group; k < K; k += group) {
+      const T a0 = A(i0, k), a1 = A(i1, k), b0 = B(k, j0), b1 = B(k, j1);
+      c00 += a0 * b0;
+      c01 += a0 * b1;
+      c10 += a1 * b0;
+      c11 += a1 * b1;
+    }
+    T* out = partial + 4 * e;
+    out[0] = c00;
+    out[1] = c01;
+    out[2] = c10;
+    out[3] = c11;
   });
   team.team_barrier();
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, outputs), [&](const int o) {
-    const int i = o / N, j = o % N;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, M * N), [&](const int o) {
+    const int i = o / N, j = o % N, blk = (i / 2) * nb + j / 2, sub = 2 * (i % 2) + j % 2;
     T sum = 0;
-    for (int g = 0; g < group; ++g) sum += partial[o * group + g];
+    for (int g = 0; g < group; ++g) sum += partial[4 * (blk * group + g) + sub];
     C(i, j) = (accumulate ? C(i, j) : T(0)) + alpha * sum;
   });
   team.team_barrier();

@@ -1,0 +1,151 @@
+#ifndef KOKKOSMLA_DECODEKERNEL_HPP
+#define KOKKOSMLA_DECODEKERNEL_HPP
+// Cache attention on GPUs: the Fused and Split steps of the latent kernel
+// with the output accumulator oa in registers instead of team scratch.
+//
+// Scratch then holds only the query rows (qa and the scaled RoPE queries side
+// by side, R + Dr wide) and one key tile (latent and RoPE keys side by side),
+// which lets a team take twice as many head rows within a GPU's 48 KB; the
+// weight chunks of the absorb and up-projection steps reuse the key tile's
+// space. Per key tile: one gather, the scores as a split-K product, the
+// softmax update, and P . latent accumulated by each thread into the columns
+// c = rank + j * team_size it owns (j < Columns) for every row.
+// It needs team_size * Columns >= R and at most kMaxRows rows per team; the
+// plan falls back to LatentKernel otherwise (always on hosts, whose teams are
+// one thread).
+
+#include "KokkosMLA_LatentKernels.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// Element (i, j) of the key rows s0 + i of sequence b: the latent in
+/// columns [0, R), the RoPE key in [R, R + Dr).
+template <class T>
+struct KeyRowsWithRope {
+  const LatentKeys<T>* keys;
+  std::int64_t rank, b, s0;
+  KOKKOS_INLINE_FUNCTION T operator()(int i, int j) const {
+    const std::int64_t row = keys->row(b, s0 + i);
+    return j < rank ? keys->latent[row * keys->latent_ld + j] : keys->rope[row * keys->rope_ld + j - rank];
+  }
+};
+
+template <class ExecSpace, class T, LatentStep Step, int Columns>
+struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
+  static_assert(Step == LatentStep::Fused || Step == LatentStep::Split, "DecodeKernel runs Fused or Split");
+  using Base = LatentKernel<ExecSpace, T, Step>;
+  using typename Base::Block;
+  using typename Base::KeyRange;
+  using typename Base::Member;
+  using typename Base::ScratchView;
+  static constexpr int kMaxRows = 8;
+
+  DecodeKernel() = default;
+  explicit DecodeKernel(const Base& b) : Base(b) {}
+
+  KOKKOS_INLINE_FUNCTION std::int64_t width() const { return this->rank + this->rope_dim; }
+
+  struct Layout {
+    std::size_t query, tile, p, max, sum, rescale, partial, total;
+  };
+  KOKKOS_INLINE_FUNCTION Layout layout(const LatentTiles& t) const {
+    const std::size_t rows = std::size_t(t.rows()), d = std::size_t(this->dim);
+    const std::size_t keys = std::size_t(t.key_tile) * (width() + 1);
+    const std::size_t weights = rows * d + std::size_t(t.weight_chunk) * (d + 1);  // q/out rows + a chunk
+    ScratchLayout<T> c;
+    Layout l;
+    l.query = c.take(rows * width());
+    l.tile = c.take(max_of(keys, weights));
+    l.p = c.take(rows * t.key_tile);
+    l.max = c.take(rows);
+    l.sum = c.take(rows);
+    l.rescale = c.take(rows);
+    l.partial = c.take(4 * std::size_t(this->team_threads));
+    l.total = c.used;
+    return l;
+  }
+  std::size_t scratch_bytes(const LatentTiles& t) const { return ScratchView::shmem_size(layout(t).total); }
+  /// Whether a team of `threads` can run these extents and tiles.
+  bool fits(const LatentTiles& t, int threads) const {
+    return t.rows() <= kMaxRows && std::int64_t(threads) * Columns >= this->rank;
+  }
+
+  /// oa (normalised, into query's first R columns) = softmax(query . keys^T) . latent.
+  KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> query, Mat<T> tile, Mat<T> p,
+                                     SoftmaxRows<T> st, T* partial) const {
+    const int rows = k.rows(), r = int(this->rank), w = int(width());
+    const int thread = team.team_rank(), threads = team.team_size();
+    const std::int64_t length = this->cache.length(k.b), offset = length - this->queries;
+    const bool causal = this->causal;
+    auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
+    const KeyRange range = this->key_range(k);
+    T acc[kMaxRows][Columns];
+    for (int i = 0; i < kMaxRows; ++i)
+      for (int j = 0; j < Columns; ++j) acc[i][j] = T(0);
+    softmax_init(team, rows, st);
+    for (std::int64_t s0 = range.begin; s0 < range.end; s0 += this->tiles.key_tile) {
+      const int n = int(min_of<std::int64_t>(this->tiles.key_tile, range.end - s0));
+      team_gather(team, n, w, KeyRowsWithRope<T>{&this->cache, this->rank, k.b, s0}, tile);
+      team_gemm_long_k(team, rows, n, w, T(1), Mat<const T>{query.ptr, query.ld},
+                       TransposedB<T>{tile.ptr, tile.ld}, p, false, partial);
+      softmax_update(team, rows, n, s0, last_key, p, st);
+      for (int i = 0; i < kMaxRows; ++i) {
+        const T rescale = i < rows ? st.rescale[i] : T(0);
+        for (int j = 0; j < Columns; ++j) acc[i][j] *= rescale;
+      }
+      for (int s = 0; s < n; ++s)
+        for (int j = 0; j < Columns; ++j) {
+          const int c = thread + j * threads;
+          const T v = c < r ? tile(s, c) : T(0);
+          for (int i = 0; i < kMaxRows; ++i)
+            if (i < rows) acc[i][j] += p(i, s) * v;
+        }
+      team.team_barrier();  // the next tile overwrites this one
+    }
+    for (int i = 0; i < kMaxRows; ++i)
+      for (int j = 0; j < Columns; ++j) {
+        const int c = thread + j * threads;
+        if (i < rows && c < r) query(i, c) = acc[i][j] / st.sum[i];
+      }
+    team.team_barrier();
+    T* const lse_out = Step == LatentStep::Split ? this->part_lse(k.part) : this->lse;
+    if (lse_out)
+      softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return lse_out[this->row_index(k, i)]; });
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const Block k = this->block_of(team.league_rank());
+    const Layout l = layout(this->tiles);
+    ScratchView scratch(team.team_scratch(this->scratch_level), l.total);
+    T* base = scratch.data();
+    const Mat<T> query{base + l.query, width()}, tile{base + l.tile, width() + 1};
+    const Mat<T> rows_d{base + l.tile, this->dim};
+    T* const stage = base + l.tile + std::size_t(k.rows()) * this->dim;
+    const Mat<T> p{base + l.p, this->tiles.key_tile};
+    const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
+
+    this->template move_rows<true>(team, k, const_cast<T*>(this->q), this->dim, rows_d);
+    this->absorb(team, k, rows_d, stage, query);
+    if (this->rope_dim > 0) {
+      const Mat<T> rope_part{query.ptr + this->rank, query.ld};
+      this->template move_rows<true>(team, k, const_cast<T*>(this->q_rope), this->rope_dim, rope_part);
+      const int dr = int(this->rope_dim);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.rows() * dr),
+                           [&](const int e) { rope_part(e / dr, e % dr) *= this->scale; });
+      team.team_barrier();
+    }
+    attend(team, k, query, tile, p, st, base + l.partial);
+    if (Step == LatentStep::Split) {
+      this->template move_rows<false>(team, k, this->part_oa(k.part), this->rank, query);
+    } else {
+      this->up_project(team, k, query, stage, rows_d);
+      this->template move_rows<false>(team, k, this->out, this->dim, rows_d);
+    }
+  }
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
