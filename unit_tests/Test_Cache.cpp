@@ -244,6 +244,40 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
       }
 }
 
+/// Random legal problems: every extent, page size, layout and split count.
+TYPED_TEST(Cache, RandomProblemsMatchReference) {
+  using T = TypeParam;
+  std::mt19937_64 rng(2024);
+  auto pick = [&](int lo, int hi) { return int(std::uniform_int_distribution<int>(lo, hi)(rng)); };
+  for (int trial = 0; trial < 40; ++trial) {
+    CacheCase c;
+    c.batch = pick(1, 4);
+    c.queries = pick(1, 4);
+    c.heads = pick(1, 10);
+    c.head_dim = pick(1, 9);
+    c.latent_dim = pick(1, 40);
+    c.rope_dim = pick(0, 3) ? pick(1, 6) : 0;
+    c.page = pick(0, 1) ? pick(1, 9) : 0;
+    c.capacity = c.page ? c.page * pick((int(c.queries) + int(c.page) - 1) / int(c.page), 8)
+                        : pick(int(c.queries), 50);
+    c.packed = c.rope_dim > 0 && pick(0, 1);
+    for (int b = 0; b < c.batch; ++b) c.lengths.push_back(pick(int(c.queries), int(c.capacity)));
+    Options opt;
+    opt.causal = pick(0, 3) > 0;
+    opt.kv_splits = pick(0, 6);
+    SCOPED_TRACE(describe(c) + " causal=" + std::to_string(opt.causal) +
+                 " splits=" + std::to_string(opt.kv_splits));
+    const Logical l(c, 500 + trial);
+    const DeviceCache<T> dc(l, 500 + trial);
+    const CacheArguments<T> a = arguments(l, dc);
+    cache_attention(Space(), a, opt);
+    std::vector<double> lse;
+    const std::vector<double> want = l.reference(opt, &lse);
+    ASSERT_TRUE(close(Problem<T>::host_copy(a.out), want, tolerance<T>(), shape_of(c)));
+    ASSERT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(c)));
+  }
+}
+
 TYPED_TEST(Cache, CustomScaleAndFreeFunction) {
   using T = TypeParam;
   const CacheCase c{2, 2, 3, 8, 12, 4, 20, 4, false, {20, 9}};
