@@ -48,6 +48,15 @@ KOKKOS_INLINE_FUNCTION Quad<T> load_quad(const T* p) {
 #endif
 }
 
+template <class T>
+KOKKOS_INLINE_FUNCTION void store_quad(T* p, const Quad<T>& x) {
+#ifdef __CUDA_ARCH__
+  *reinterpret_cast<Quad<T>*>(p) = x;
+#else
+  for (int e = 0; e < 4; ++e) p[e] = x.v[e];
+#endif
+}
+
 /// Team shape of the blocked kernel, chosen at plan time.
 struct FlashGrid {
   int team_threads = 1;  ///< threads the layout uses (the team may not be smaller)
@@ -113,29 +122,52 @@ struct FlashBlockedKernel {
     return int((queries + l.rows - 1) / l.rows);
   }
 
-  /// Walks a rows x dpad block in steps of the team size without a division
-  /// per element: the thread's start and its (row, column) stride are fixed.
+  /// Walks a block of quads in steps of the team size without a division per
+  /// quad: the thread's start and its (row, column) stride are fixed.
   struct Walk {
-    int r0, c0, dr, dc;
+    int r0, c0, dr, dc, width;
   };
   KOKKOS_INLINE_FUNCTION static Walk walk(int rank, int threads, int width) {
-    return {rank / width, rank % width, threads / width, threads % width};
+    return {rank / width, rank % width, threads / width, threads % width, width};
+  }
+  KOKKOS_INLINE_FUNCTION static void advance(const Walk& w, int& r, int& c) {
+    c += w.dc;
+    r += w.dr;
+    if (c >= w.width) {
+      c -= w.width;
+      ++r;
+    }
   }
 
-  /// dst(r, c) = src(r, c) for r < valid_rows and c < dim, zero elsewhere in
-  /// the rows x dpad block: padding must be finite, as 0 * P and Q . 0 are used.
+  /// Quads staged per batch: all of a batch's global loads are issued before
+  /// the first store waits for one, so a tile costs about one memory latency.
+  static constexpr int batch_quads = 8;
+
+  /// dst rows x dpad = src for r < valid_rows and c < dim, zero elsewhere: the
+  /// padding must be finite, as products with it (0 * V, Q . 0) are summed.
+  /// aligned: src rows are whole quads at quad-aligned addresses.
   KOKKOS_INLINE_FUNCTION void stage(const Walk& w, const Layout& l, const T* src, std::int64_t src_ld,
-                                    int valid_rows, int rows, T* dst) const {
+                                    int valid_rows, int rows, bool aligned, T* dst) const {
     const int d = int(dim);
     int r = w.r0, c = w.c0;
     while (r < rows) {
-      dst[r * l.ld + c] = (r < valid_rows && c < d) ? src[r * src_ld + c] : T(0);
-      c += w.dc;
-      r += w.dr;
-      if (c >= l.dpad) {
-        c -= l.dpad;
-        ++r;
+      Quad<T> x[batch_quads];
+      int at[batch_quads];
+      for (int u = 0; u < batch_quads; ++u) {
+        at[u] = r < rows ? r * l.ld + 4 * c : -1;
+        for (int e = 0; e < 4; ++e) x[u].v[e] = T(0);
+        if (r < valid_rows) {
+          const T* from = src + r * src_ld + 4 * c;
+          if (aligned)
+            x[u] = load_quad(from);
+          else
+            for (int e = 0; e < 4; ++e)
+              if (4 * c + e < d) x[u].v[e] = from[e];
+        }
+        advance(w, r, c);
       }
+      for (int u = 0; u < batch_quads; ++u)
+        if (at[u] >= 0) store_quad(dst + at[u], x[u]);
     }
   }
 
@@ -160,7 +192,11 @@ struct FlashBlockedKernel {
     T* const red = base + l.red;
 
     const int rank = team.team_rank();
-    const Walk w = walk(rank, team.team_size(), l.dpad);
+    const Walk w = walk(rank, team.team_size(), l.dpad / 4);
+    auto quad_aligned = [&](const T* p) {
+      return dim % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % sizeof(Quad<T>) == 0;
+    };
+    const bool q_aligned = quad_aligned(q), kv_aligned = quad_aligned(k) && quad_aligned(v);
     const int tr = rank / l.tc, tc = rank % l.tc;
     const bool active = tr < l.tr;  // threads past the grid only stage tiles
 
@@ -177,12 +213,12 @@ struct FlashBlockedKernel {
       row_sum[m] = T(0);
     }
 
-    stage(w, l, q + ((b * queries + t0) * heads + h) * dim, row_stride, rows, l.rows, qs);
+    stage(w, l, q + ((b * queries + t0) * heads + h) * dim, row_stride, rows, l.rows, q_aligned, qs);
     const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     for (std::int64_t s0 = 0; s0 < key_end; s0 += l.cols) {
       const int n_keys = int(min_of<std::int64_t>(l.cols, key_end - s0));
       const std::int64_t kv0 = ((b * keys + s0) * heads + h) * dim;
-      stage(w, l, k + kv0, row_stride, n_keys, l.cols, kvs);
+      stage(w, l, k + kv0, row_stride, n_keys, l.cols, kv_aligned, kvs);
       team.team_barrier();
 
       T s[MR][NR] = {};
@@ -202,7 +238,7 @@ struct FlashBlockedKernel {
       }
       team.team_barrier();
 
-      stage(w, l, v + kv0, row_stride, n_keys, l.cols, kvs);
+      stage(w, l, v + kv0, row_stride, n_keys, l.cols, kv_aligned, kvs);
       if (active) {
         for (int m = 0; m < MR; ++m) {
           T tile_max = negative_infinity<T>();
