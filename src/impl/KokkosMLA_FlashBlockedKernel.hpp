@@ -19,8 +19,8 @@
 // MR + NR (resp. MR + 4 * G) loads.
 //
 // Per key tile: stage K, barrier, scores and per-thread row maxima, barrier,
-// stage V (over K's buffer) while turning scores into probabilities, barrier,
-// O += P V, barrier. K and V share one buffer so that a 128-wide fp32 query
+// scores into probabilities and stage V (over K's buffer), barrier, O += P V,
+// barrier. K and V share one buffer so that a 128-wide fp32 query
 // tile of 32 rows still fits CUDA's 48 KB of level-0 scratch.
 
 #include "KokkosMLA_TeamOps.hpp"
@@ -152,9 +152,8 @@ struct FlashBlockedKernel {
     int r = w.r0, c = w.c0;
     while (r < rows) {
       Quad<T> x[batch_quads];
-      int at[batch_quads];
+      const int r_batch = r, c_batch = c;
       for (int u = 0; u < batch_quads; ++u) {
-        at[u] = r < rows ? r * l.ld + 4 * c : -1;
         for (int e = 0; e < 4; ++e) x[u].v[e] = T(0);
         if (r < valid_rows) {
           const T* from = src + r * src_ld + 4 * c;
@@ -166,8 +165,13 @@ struct FlashBlockedKernel {
         }
         advance(w, r, c);
       }
-      for (int u = 0; u < batch_quads; ++u)
-        if (at[u] >= 0) store_quad(dst + at[u], x[u]);
+      // Walk the batch again rather than keep its addresses in registers.
+      r = r_batch;
+      c = c_batch;
+      for (int u = 0; u < batch_quads; ++u) {
+        if (r < rows) store_quad(dst + r * l.ld + 4 * c, x[u]);
+        advance(w, r, c);
+      }
     }
   }
 
@@ -238,7 +242,6 @@ struct FlashBlockedKernel {
       }
       team.team_barrier();
 
-      stage(w, l, v + kv0, row_stride, n_keys, l.cols, kv_aligned, kvs);
       if (active) {
         for (int m = 0; m < MR; ++m) {
           T tile_max = negative_infinity<T>();
@@ -259,6 +262,9 @@ struct FlashBlockedKernel {
             for (int e = 0; e < 4; ++e) o[m][g][e] *= rescale;
         }
       }
+      // V over K (all threads are past the scores); after the softmax, whose
+      // scores would otherwise hold registers during the copy.
+      stage(w, l, v + kv0, row_stride, n_keys, l.cols, kv_aligned, kvs);
       team.team_barrier();
 
       if (active) accumulate(l, ps, kvs, (n_keys + 3) / 4 * 4, row, tc, groups, o);

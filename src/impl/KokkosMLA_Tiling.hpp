@@ -103,21 +103,25 @@ inline const char* to_string(FlashVariant v) {
 /// Register tiles of the blocked kernel (MR query rows, NR keys, G output quads
 /// per thread; TC threads per row). The GPU tiles suit 128-thread teams and
 /// 40 KB of scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32
-/// D <= 128 a 32 x 32 one, both with 32 output accumulators per thread. Host
-/// teams are one thread, whose "registers" are its stack in L1.
+/// D <= 128 a 32 x 32 one, both with 32 output accumulators per thread, and
+/// registers capped so that 4 teams share an SM (as many as scratch allows).
+/// Host teams are one thread, whose "registers" are its stack in L1.
 template <FlashVariant V>
 struct FlashBlock;
 template <>
 struct FlashBlock<FlashVariant::Narrow> {
   static constexpr int mr = 4, nr = 4, g = 2, tc = 8;
+  using bounds = Kokkos::LaunchBounds<128, 4>;
 };
 template <>
 struct FlashBlock<FlashVariant::Wide> {
   static constexpr int mr = 2, nr = 4, g = 4, tc = 8;
+  using bounds = Kokkos::LaunchBounds<128, 4>;
 };
 template <>
 struct FlashBlock<FlashVariant::Host> {
   static constexpr int mr = 8, nr = 16, g = 32, tc = 1;
+  using bounds = Kokkos::LaunchBounds<>;
 };
 
 template <class ExecSpace, class T, FlashVariant V>
@@ -136,7 +140,9 @@ template <class ExecSpace, class T, FlashVariant V>
 bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   using Kernel = FlashBlockedOf<ExecSpace, T, V>;
   const int tc = FlashBlock<V>::tc;
-  FlashGrid g{be.team_size, be.team_size % tc == 0 ? tc : 1};
+  const int most = FlashBlock<V>::bounds::maxTperB;  // 0: no bound
+  const int threads = most > 0 && most < be.team_size ? most : be.team_size;
+  FlashGrid g{threads, threads % tc == 0 ? tc : 1};
   const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
   if (!Kernel::covers(g, s.head_dim) || bytes > be.scratch_max[0]) return false;
   const auto l = Kernel::layout(g, s.head_dim);
