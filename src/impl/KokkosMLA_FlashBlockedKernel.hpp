@@ -63,7 +63,7 @@ struct FlashGrid {
   int row_threads = 1;   ///< TC: threads that share a query row
 };
 
-template <class ExecSpace, class T, int MR, int NR, int G>
+template <class ExecSpace, class T, int MR, int NR, int G, int U>
 struct FlashBlockedKernel {
   static_assert(NR % 4 == 0, "P is read in quads along the keys");
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
@@ -139,9 +139,10 @@ struct FlashBlockedKernel {
     }
   }
 
-  /// Quads staged per batch: all of a batch's global loads are issued before
-  /// the first store waits for one, so a tile costs about one memory latency.
-  static constexpr int batch_quads = 8;
+  /// Quads staged per batch (U): all of a batch's global loads are issued
+  /// before the first store waits for one, so a tile whose quads per thread
+  /// fit one batch costs about one memory latency.
+  static constexpr int batch_quads = U;
 
   /// dst rows x dpad = src for r < valid_rows and c < dim, zero elsewhere: the
   /// padding must be finite, as products with it (0 * V, Q . 0) are summed.

@@ -101,7 +101,8 @@ inline const char* to_string(FlashVariant v) {
 }
 
 /// Register tiles of the blocked kernel (MR query rows, NR keys, G output quads
-/// per thread; TC threads per row). The GPU tiles suit 128-thread teams and
+/// per thread; TC threads per row; U quads per staging batch, a K or V tile's
+/// share of a thread). The GPU tiles suit 128-thread teams and
 /// 40 KB of scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32
 /// D <= 128 a 32 x 32 one, both with 32 output accumulators per thread, and
 /// registers capped so that 4 teams share an SM (as many as scratch allows).
@@ -110,23 +111,23 @@ template <FlashVariant V>
 struct FlashBlock;
 template <>
 struct FlashBlock<FlashVariant::Narrow> {
-  static constexpr int mr = 4, nr = 4, g = 2, tc = 8;
+  static constexpr int mr = 4, nr = 4, g = 2, tc = 8, u = 4;
   using bounds = Kokkos::LaunchBounds<128, 4>;
 };
 template <>
 struct FlashBlock<FlashVariant::Wide> {
-  static constexpr int mr = 2, nr = 4, g = 4, tc = 8;
+  static constexpr int mr = 2, nr = 4, g = 4, tc = 8, u = 8;
   using bounds = Kokkos::LaunchBounds<128, 4>;
 };
 template <>
 struct FlashBlock<FlashVariant::Host> {
-  static constexpr int mr = 8, nr = 16, g = 32, tc = 1;
+  static constexpr int mr = 8, nr = 16, g = 32, tc = 1, u = 8;
   using bounds = Kokkos::LaunchBounds<>;
 };
 
 template <class ExecSpace, class T, FlashVariant V>
-using FlashBlockedOf =
-    FlashBlockedKernel<ExecSpace, T, FlashBlock<V>::mr, FlashBlock<V>::nr, FlashBlock<V>::g>;
+using FlashBlockedOf = FlashBlockedKernel<ExecSpace, T, FlashBlock<V>::mr, FlashBlock<V>::nr,
+                                          FlashBlock<V>::g, FlashBlock<V>::u>;
 
 struct FlashChoice {
   FlashVariant variant = FlashVariant::Portable;
