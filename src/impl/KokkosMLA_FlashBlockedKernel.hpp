@@ -100,12 +100,18 @@ struct FlashBlockedKernel {
     // P is written by the TC threads of a row at consecutive columns: padding
     // rows by TC rounded up to quads (at least one quad) keeps rows apart.
     l.pld = l.cols + max_of(4, (l.tc + 3) / 4 * 4);
-    ScratchLayout<T> c;
-    l.q = c.take(std::size_t(l.rows) * l.ld);
-    l.kv = c.take(std::size_t(l.cols) * l.ld);
-    l.p = c.take(std::size_t(l.rows) * l.pld);
-    l.red = c.take(std::size_t(l.rows) * l.tc);
-    l.total = c.used;
+    // Every array starts at a whole quad (ScratchLayout aligns to 16 bytes only).
+    std::size_t used = 0;
+    auto take = [&](std::size_t n) {
+      const std::size_t at = used;
+      used += (n + 3) / 4 * 4;
+      return at;
+    };
+    l.q = take(std::size_t(l.rows) * l.ld);
+    l.kv = take(std::size_t(l.cols) * l.ld);
+    l.p = take(std::size_t(l.rows) * l.pld);
+    l.red = take(std::size_t(l.rows) * l.tc);
+    l.total = used;
     return l;
   }
   static constexpr std::size_t alignment = sizeof(Quad<T>);
