@@ -136,7 +136,10 @@ struct FlashChoice {
   std::size_t bytes = 0;
 };
 
-/// The blocked variant V if its tile covers the head dimension and fits level-0 scratch.
+/// The blocked variant V if its tile covers the head dimension, fits level-0
+/// scratch, and is at least half used by the queries: its tile cannot shrink
+/// (it is the thread grid), and on few queries (decoding) the portable kernel,
+/// whose tile can, does less wasted work.
 template <class ExecSpace, class T, FlashVariant V>
 bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   using Kernel = FlashBlockedOf<ExecSpace, T, V>;
@@ -147,6 +150,7 @@ bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
   if (!Kernel::covers(g, s.head_dim) || bytes > be.scratch_max[0]) return false;
   const auto l = Kernel::layout(g, s.head_dim);
+  if (2 * s.queries < l.rows) return false;
   c = {V, g, FlashTiles{l.rows, l.cols}, bytes};
   return true;
 }
