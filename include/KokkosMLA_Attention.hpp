@@ -24,6 +24,8 @@ struct LaunchConfig {
   int weight_chunk = 1;           ///< rows of w_uk / w_uv staged per step
   std::size_t scratch_bytes = 0;  ///< per team, attention kernel
   std::size_t scratch_max0 = 0;   ///< the backend's level-0 limit
+  int flash_variant = 0;          ///< Impl::FlashVariant of the Decompressed attention kernel
+  int row_threads = 1;            ///< threads sharing a query row (blocked flash kernel)
 };
 
 /// Row-major unmanaged views on the caller's memory: what the kernels take.

@@ -57,9 +57,21 @@ LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& o
   c.team_size = in.backend.team_size;
   c.scratch_max0 = in.backend.scratch_max[0];
   switch (c.algorithm) {
-    case Algorithm::Decompressed:
-      apply(c, flash_tiles<ExecSpace, T>(s, in.backend));
+    case Algorithm::Decompressed: {
+      const FlashChoice f = flash_choice<ExecSpace, T>(s, in.backend);
+      if (f.variant == FlashVariant::Portable) {
+        apply(c, flash_tiles<ExecSpace, T>(s, in.backend));
+        break;
+      }
+      c.flash_variant = int(f.variant);
+      c.team_size = f.grid.team_threads;
+      c.row_threads = f.grid.row_threads;
+      c.query_tile = f.tiles.query_tile;
+      c.key_tile = f.tiles.key_tile;
+      c.scratch_level = 0;
+      c.scratch_bytes = f.bytes;
       break;
+    }
     case Algorithm::Absorbed:
       apply(c, latent_tiles(latent_kernel<ExecSpace, T, LatentStep::Attend>(s), s.keys, in.backend));
       break;
@@ -68,6 +80,61 @@ LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& o
       break;
   }
   return c;
+}
+
+template <class ExecSpace, class T, FlashVariant V>
+void launch_flash_blocked(const ExecSpace& exec, const Shape& s, const LaunchConfig& c, T scale, bool causal,
+                          const T* q, const T* k, const T* v, T* out, T* lse) {
+  FlashBlockedOf<ExecSpace, T, V> f{q,
+                                    k,
+                                    v,
+                                    out,
+                                    lse,
+                                    s.batch,
+                                    s.queries,
+                                    s.keys,
+                                    s.heads,
+                                    s.head_dim,
+                                    FlashGrid{c.team_size, c.row_threads},
+                                    scale,
+                                    causal,
+                                    0};
+  launch(exec, "KokkosMLA::Decompressed::flash", f, c.team_size, c.scratch_bytes, true,
+         typename FlashBlock<V>::bounds());
+}
+
+/// The flash kernel the plan chose; host spaces have only the host tile.
+template <class ExecSpace, class T>
+void launch_flash(const ExecSpace& exec, const Shape& s, const LaunchConfig& c, T scale, bool causal,
+                  const T* q, const T* k, const T* v, T* out, T* lse) {
+  const auto variant = FlashVariant(c.flash_variant);
+  if constexpr (is_host_space<ExecSpace>()) {
+    if (variant == FlashVariant::Host)
+      return launch_flash_blocked<ExecSpace, T, FlashVariant::Host>(exec, s, c, scale, causal, q, k, v, out,
+                                                                    lse);
+  } else {
+    if (variant == FlashVariant::Narrow)
+      return launch_flash_blocked<ExecSpace, T, FlashVariant::Narrow>(exec, s, c, scale, causal, q, k, v, out,
+                                                                      lse);
+    if (variant == FlashVariant::Wide)
+      return launch_flash_blocked<ExecSpace, T, FlashVariant::Wide>(exec, s, c, scale, causal, q, k, v, out,
+                                                                    lse);
+  }
+  FlashAttentionKernel<ExecSpace, T> f{q,
+                                       k,
+                                       v,
+                                       out,
+                                       lse,
+                                       s.batch,
+                                       s.queries,
+                                       s.keys,
+                                       s.heads,
+                                       s.head_dim,
+                                       FlashTiles{c.query_tile, c.key_tile},
+                                       scale,
+                                       causal,
+                                       c.scratch_level};
+  launch(exec, "KokkosMLA::Decompressed::flash", f, c.team_size, c.scratch_bytes);
 }
 
 /// A latent kernel of the plan's shape and tiles on the caller's data.
@@ -126,6 +193,8 @@ std::string Plan<Scalar, ExecSpace>::describe() const {
     << " team_size=" << config_.team_size << " query_tile=" << config_.query_tile;
   if (config_.algorithm != Algorithm::Decompressed)
     o << " head_group=" << config_.head_group << " weight_chunk=" << config_.weight_chunk;
+  if (config_.algorithm == Algorithm::Decompressed)
+    o << " flash=" << to_string(Impl::FlashVariant(config_.flash_variant));
   o << " key_tile=" << config_.key_tile << " scratch=" << config_.scratch_bytes << "B@level"
     << config_.scratch_level << " workspace=" << workspace_bytes() << "B";
   return o.str();
@@ -183,21 +252,7 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
       Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
       Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
       Kokkos::Profiling::popRegion();
-      FlashAttentionKernel<ExecSpace, Scalar> f{q.data(),
-                                                k.data(),
-                                                v.data(),
-                                                out.data(),
-                                                lse,
-                                                s.batch,
-                                                s.queries,
-                                                s.keys,
-                                                s.heads,
-                                                s.head_dim,
-                                                FlashTiles{config_.query_tile, config_.key_tile},
-                                                scale,
-                                                causal,
-                                                config_.scratch_level};
-      launch(exec, "KokkosMLA::Decompressed::flash", f, config_.team_size, config_.scratch_bytes);
+      launch_flash(exec, s, config_, scale, causal, q.data(), k.data(), v.data(), out.data(), lse);
       break;
     }
   }

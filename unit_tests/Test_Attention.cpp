@@ -2,6 +2,8 @@
 
 #include "Reference.hpp"
 
+#include "impl/KokkosMLA_Tiling.hpp"
+
 namespace KokkosMLA {
 namespace Test {
 namespace {
@@ -168,6 +170,72 @@ TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
     Problem<TypeParam>::poison(p.out);
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
     EXPECT_EQ(first, Problem<TypeParam>::host_copy(p.out)) << to_string(a);
+  }
+}
+
+// The blocked flash kernel with the thread layouts that GPU teams use (several
+// threads per query row, several row groups, threads past the grid), which
+// host plans never pick: teams of one thread are all they launch. Runs the
+// team sizes the host backend allows (OpenMP with two or more threads).
+template <int MR, int NR, int G, int U>
+void check_blocked_layout(const Impl::FlashGrid& grid, int launch_threads, const Shape& s, bool causal) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  using Kernel = Impl::FlashBlockedKernel<Host, double, MR, NR, G, U>;
+  const int B = int(s.batch), T = int(s.queries), S = int(s.keys), H = int(s.heads), D = int(s.head_dim);
+  if (!Kernel::covers(grid, D)) return;
+  std::mt19937 rng(std::uint32_t(B + 10 * T + 100 * S + 1000 * D));
+  std::uniform_real_distribution<double> uniform(-2, 2);
+  std::vector<double> q(std::size_t(B) * T * H * D), k(std::size_t(B) * S * H * D), v(k.size());
+  std::vector<double> out(q.size(), 0), lse(std::size_t(B) * T * H, 0);
+  for (double& x : q) x = uniform(rng);
+  for (double& x : k) x = uniform(rng);
+  for (double& x : v) x = uniform(rng);
+  const double scale = 0.3;
+  Kernel f{q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, S, H, D, grid, scale, causal, 0};
+  Kokkos::TeamPolicy<Host> policy(f.league_size(), launch_threads);
+  policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes(grid, D)));
+  Kokkos::parallel_for(policy, f);
+  Kokkos::fence();
+  auto at = [&](int b, int t, int h, int n) { return ((std::size_t(b) * n + t) * H + h) * D; };
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t)
+      for (int h = 0; h < H; ++h) {
+        const int last = causal ? S - T + t : S - 1;
+        std::vector<double> p(last + 1);
+        double max = -INFINITY, sum = 0;
+        for (int j = 0; j <= last; ++j) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) dot += q[at(b, t, h, T) + d] * k[at(b, j, h, S) + d];
+          max = std::max(max, p[j] = dot * scale);
+        }
+        for (double& x : p) sum += x = std::exp(x - max);
+        for (int d = 0; d < D; ++d) {
+          double o = 0;
+          for (int j = 0; j <= last; ++j) o += p[j] * v[at(b, j, h, S) + d];
+          ASSERT_NEAR(o / sum, out[at(b, t, h, T) + d], 1e-12) << "b=" << b << " t=" << t << " h=" << h;
+        }
+        ASSERT_NEAR(max + std::log(sum), lse[(std::size_t(b) * T + t) * H + h], 1e-12);
+      }
+}
+
+TEST(FlashBlocked, TeamLayoutsMatchReference) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  Kokkos::TeamPolicy<Host> probe(1, 1);
+  const int most =
+      probe.team_size_max(Impl::FlashBlockedKernel<Host, double, 2, 4, 4, 2>{}, Kokkos::ParallelForTag());
+  // (team threads the layout uses, threads per row, threads launched)
+  const int layouts[][3] = {{1, 1, 1}, {1, 1, 2}, {2, 2, 2}, {2, 1, 2}, {4, 2, 4}};
+  const Shape shapes[] = {
+      {1, 1, 1, 1, 1, 1}, {2, 5, 9, 2, 4, 1}, {1, 37, 37, 3, 7, 1}, {1, 33, 40, 2, 16, 1}};
+  for (const auto& l : layouts) {
+    if (l[2] > most) continue;
+    const Impl::FlashGrid grid{l[0], l[1]};
+    for (const Shape& s : shapes)
+      for (bool causal : {true, false}) {
+        check_blocked_layout<2, 4, 4, 2>(grid, l[2], s, causal);
+        check_blocked_layout<4, 4, 2, 3>(grid, l[2], s, causal);
+        check_blocked_layout<1, 8, 8, 1>(grid, l[2], s, causal);
+      }
   }
 }
 

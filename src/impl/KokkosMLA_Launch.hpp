@@ -13,15 +13,21 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Launches kernel k with its scratch, as many threads per team as asked for
-/// and the backend allows for this kernel.
-template <class ExecSpace, class Kernel>
+/// and the backend allows for this kernel (under the launch bounds given). A
+/// kernel whose layout needs every thread asked for (exact) fails instead of
+/// running with fewer.
+template <class ExecSpace, class Kernel, class Bounds = Kokkos::LaunchBounds<>>
 void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_size,
-            std::size_t scratch_bytes) {
+            std::size_t scratch_bytes, bool exact = false, Bounds = Bounds()) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace, Bounds>;
   if (k.league_size() <= 0) throw std::invalid_argument(std::string(label) + ": too many teams");
-  Kokkos::TeamPolicy<ExecSpace> probe(exec, k.league_size(), 1);
+  Policy probe(exec, k.league_size(), 1);
   probe.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
   const int allowed = probe.team_size_max(k, Kokkos::ParallelForTag());
-  Kokkos::TeamPolicy<ExecSpace> policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
+  if (exact && allowed < team_size)
+    throw std::runtime_error(std::string(label) + ": needs " + std::to_string(team_size) +
+                             " threads per team, the backend allows " + std::to_string(allowed));
+  Policy policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
   policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
   Kokkos::parallel_for(label, policy, k);
 }

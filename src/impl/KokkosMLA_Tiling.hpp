@@ -7,6 +7,7 @@
 #include <KokkosMLA_Attention.hpp>
 
 #include "KokkosMLA_DecodeKernel.hpp"
+#include "KokkosMLA_FlashBlockedKernel.hpp"
 #include "KokkosMLA_FlashKernel.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
 
@@ -80,6 +81,92 @@ Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
     return true;
   };
   return fit(t, be, bytes, shrink, "flash attention");
+}
+
+/// Which flash kernel runs Decompressed's attention: the portable one, or the
+/// blocked one with one of its register tiles.
+enum class FlashVariant { Portable = 0, Narrow, Wide, Host };
+
+inline const char* to_string(FlashVariant v) {
+  switch (v) {
+    case FlashVariant::Narrow:
+      return "blocked-narrow";
+    case FlashVariant::Wide:
+      return "blocked-wide";
+    case FlashVariant::Host:
+      return "blocked-host";
+    default:
+      return "portable";
+  }
+}
+
+/// Register tiles of the blocked kernel (MR query rows, NR keys, G output quads
+/// per thread; TC threads per row; U quads per staging batch, a K or V tile's
+/// share of a thread). The GPU tiles suit 128-thread teams and
+/// 40 KB of scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32
+/// D <= 128 a 32 x 32 one, both with 32 output accumulators per thread, and
+/// registers capped so that 4 teams share an SM (as many as scratch allows).
+/// Host teams are one thread, whose "registers" are its stack in L1.
+template <FlashVariant V>
+struct FlashBlock;
+template <>
+struct FlashBlock<FlashVariant::Narrow> {
+  static constexpr int mr = 4, nr = 4, g = 2, tc = 8, u = 4;
+  using bounds = Kokkos::LaunchBounds<128, 4>;
+};
+template <>
+struct FlashBlock<FlashVariant::Wide> {
+  static constexpr int mr = 2, nr = 4, g = 4, tc = 8, u = 8;
+  using bounds = Kokkos::LaunchBounds<128, 4>;
+};
+template <>
+struct FlashBlock<FlashVariant::Host> {
+  static constexpr int mr = 8, nr = 16, g = 32, tc = 1, u = 8;
+  using bounds = Kokkos::LaunchBounds<>;
+};
+
+template <class ExecSpace, class T, FlashVariant V>
+using FlashBlockedOf = FlashBlockedKernel<ExecSpace, T, FlashBlock<V>::mr, FlashBlock<V>::nr,
+                                          FlashBlock<V>::g, FlashBlock<V>::u>;
+
+struct FlashChoice {
+  FlashVariant variant = FlashVariant::Portable;
+  FlashGrid grid;
+  FlashTiles tiles;  ///< queries and keys per step
+  std::size_t bytes = 0;
+};
+
+/// The blocked variant V if its tile covers the head dimension, fits level-0
+/// scratch, and is at least half used by the queries: its tile cannot shrink
+/// (it is the thread grid), and on few queries (decoding) the portable kernel,
+/// whose tile can, does less wasted work.
+template <class ExecSpace, class T, FlashVariant V>
+bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
+  using Kernel = FlashBlockedOf<ExecSpace, T, V>;
+  const int tc = FlashBlock<V>::tc;
+  const int most = FlashBlock<V>::bounds::maxTperB;  // 0: no bound
+  const int threads = most > 0 && most < be.team_size ? most : be.team_size;
+  FlashGrid g{threads, threads % tc == 0 ? tc : 1};
+  const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
+  if (!Kernel::covers(g, s.head_dim) || bytes > be.scratch_max[0]) return false;
+  const auto l = Kernel::layout(g, s.head_dim);
+  if (2 * s.queries < l.rows) return false;
+  c = {V, g, FlashTiles{l.rows, l.cols}, bytes};
+  return true;
+}
+
+/// The first blocked variant that fits, else the portable kernel (whose tiles
+/// flash_tiles picks): host spaces never instantiate the GPU tiles and back.
+template <class ExecSpace, class T>
+FlashChoice flash_choice(const Shape& s, const Backend& be) {
+  FlashChoice c;
+  if constexpr (is_host_space<ExecSpace>()) {
+    try_blocked<ExecSpace, T, FlashVariant::Host>(s, be, c);
+  } else {
+    if (!try_blocked<ExecSpace, T, FlashVariant::Narrow>(s, be, c))
+      try_blocked<ExecSpace, T, FlashVariant::Wide>(s, be, c);
+  }
+  return c;
 }
 
 /// Tiles for a latent kernel whose extents (and rope width, splits) are set;
