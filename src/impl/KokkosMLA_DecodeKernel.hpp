@@ -16,6 +16,8 @@
 
 #include "KokkosMLA_LatentKernels.hpp"
 
+#include <type_traits>
+
 namespace KokkosMLA {
 namespace Impl {
 
@@ -40,6 +42,12 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
   using typename Base::Member;
   using typename Base::ScratchView;
   static constexpr int kMaxRows = 8;
+  // Each thread owns Columns columns: fewer threads than planned would leave
+  // columns out. On GPUs, registers capped at 170 so that 3 teams share an SM
+  // (the compiler's choice, 176, allows 2).
+  static constexpr bool needs_full_team = true;
+  using bounds = std::conditional_t<is_host_space<ExecSpace>(), Kokkos::LaunchBounds<>,
+                                    Kokkos::LaunchBounds<preferred_team_size<ExecSpace>(), 3>>;
 
   DecodeKernel() = default;
   explicit DecodeKernel(const Base& b) : Base(b) {}

@@ -79,6 +79,9 @@ struct LatentKernel {
   static constexpr bool projects =
       Step == LatentStep::Fused || Step == LatentStep::UpProject || Step == LatentStep::Combine;
   static constexpr bool combines = Step == LatentStep::Combine;
+  // Any team size works; no register cap.
+  static constexpr bool needs_full_team = false;
+  using bounds = Kokkos::LaunchBounds<>;
 
   const T* q = nullptr;       // (B, T, H, D)
   const T* q_rope = nullptr;  // (B, T, H, Dr), or null

@@ -60,7 +60,7 @@ template <class ExecSpace, class Kernel>
 void launch_latent(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
   const std::size_t bytes = k.scratch_bytes(k.tiles);
   k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
-  launch(exec, label, k, c.team_size, bytes);
+  launch(exec, label, k, c.team_size, bytes, Kernel::needs_full_team, typename Kernel::bounds());
 }
 
 }  // namespace Impl
