@@ -24,6 +24,9 @@ struct LaunchConfig {
   int weight_chunk = 1;           ///< rows of w_uk / w_uv staged per step
   std::size_t scratch_bytes = 0;  ///< per team, attention kernel
   std::size_t scratch_max0 = 0;   ///< the backend's level-0 limit
+  int project_rows = 0;           ///< cache attention's per-head projections: rows,
+  int project_columns = 0;        ///< output columns
+  int project_chunk = 0;          ///< and inner-dimension chunk per team
   int flash_variant = 0;          ///< Impl::FlashVariant of the Decompressed attention kernel
   int row_threads = 1;            ///< threads sharing a query row (blocked flash kernel)
 };

@@ -5,6 +5,7 @@
 #include "impl/KokkosMLA_AppendKernel.hpp"
 #include "impl/KokkosMLA_CacheChecks.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_ProjectKernel.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <algorithm>
@@ -39,6 +40,26 @@ LatentKeys<Scalar> keys_of(const Cache& cache, std::int64_t rank, std::int64_t r
 /// The GPU kernel of cache attention: oa in registers, R <= 4 * team size.
 template <class ExecSpace, class T, LatentStep Step>
 using RegisterKernel = DecodeKernel<ExecSpace, T, Step, 4>;
+
+/// A projection kernel of a cache problem's extents (pointers unset).
+template <class ExecSpace, class T, bool Absorb>
+ProjectKernel<ExecSpace, T, Absorb> project_kernel(const CacheShape& s) {
+  ProjectKernel<ExecSpace, T, Absorb> k;
+  k.rows = s.batch * s.queries;
+  k.heads = s.heads;
+  k.dim = s.head_dim;
+  k.rank = s.latent_dim;
+  return k;
+}
+
+/// Launches a projection kernel with the plan's tiles; scratch at level 0 when it fits.
+template <class ExecSpace, class Kernel>
+void launch_project(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
+  k.tiles = {c.project_rows, c.project_columns, c.project_chunk};
+  const std::size_t bytes = k.scratch_bytes(k.tiles);
+  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
+  launch(exec, label, k, c.team_size, bytes);
+}
 
 /// A latent kernel of a cache problem's extents (cache pointers unset).
 template <class ExecSpace, class T, LatentStep Step>
@@ -117,11 +138,20 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   config_.scratch_level = f.level;
   config_.scratch_bytes = f.bytes;
   splits_ = opt.kv_splits > 0 ? opt.kv_splits : automatic_splits(shape, f.tiles, be);
-  if (splits_ > 1) {
-    const std::int64_t rows = shape.batch * shape.queries * shape.heads;
+  const std::int64_t rows = shape.batch * shape.queries * shape.heads;
+  // The register path keeps qa (then oa) of every row; split-KV each part's oa rows and lse.
+  const std::int64_t elements = (in_registers_ ? rows * shape.latent_dim : 0) +
+                                (splits_ > 1 ? splits_ * rows * (shape.latent_dim + 1) : 0);
+  if (elements > 0)
     workspace_ = Kokkos::View<Scalar*, memory_space>(
-        Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::CachePlan::workspace"),
-        splits_ * rows * (shape.latent_dim + 1));  // each part's oa rows and lse
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::CachePlan::workspace"), elements);
+  if (in_registers_) {
+    const Fitted<ProjectTiles> absorb = project_tiles(project_kernel<ExecSpace, Scalar, true>(shape), be);
+    const Fitted<ProjectTiles> up = project_tiles(project_kernel<ExecSpace, Scalar, false>(shape), be);
+    // One set of tiles for both: the smaller of each.
+    config_.project_rows = std::min(absorb.tiles.rows, up.tiles.rows);
+    config_.project_columns = std::min(absorb.tiles.columns, up.tiles.columns);
+    config_.project_chunk = std::min(absorb.tiles.chunk, up.tiles.chunk);
   }
   if (opt.verbose) std::cerr << "KokkosMLA: " << describe() << "\n";
 }
@@ -159,24 +189,56 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
     k.out = a.out.data();
     k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
     k.workspace = workspace_.data();
+    k.parts = workspace_.data();
     return k;
   };
-  // Fused and Split attend, in registers when planned so; Combine merges the parts.
-  auto attend = [&](auto step, const char* label) {
-    constexpr LatentStep Step = decltype(step)::value;
-    if (in_registers_)
-      launch_latent(exec, label, RegisterKernel<ExecSpace, Scalar, Step>(bind(step)), config_);
-    else
-      launch_latent(exec, label, bind(step), config_);
-  };
   using Step = LatentStep;
-  if (splits_ == 1) {
-    attend(std::integral_constant<Step, Step::Fused>(), "KokkosMLA::CacheAttention");
-  } else {
-    attend(std::integral_constant<Step, Step::Split>(), "KokkosMLA::CacheAttention::split");
-    launch_latent(exec, "KokkosMLA::CacheAttention::combine",
-                  bind(std::integral_constant<Step, Step::Combine>()), config_);
+  if (!in_registers_) {
+    // One kernel absorbs, attends and up-projects; split-KV adds one that merges and up-projects.
+    if (splits_ == 1) {
+      launch_latent(exec, "KokkosMLA::CacheAttention", bind(std::integral_constant<Step, Step::Fused>()),
+                    config_);
+    } else {
+      launch_latent(exec, "KokkosMLA::CacheAttention::split",
+                    bind(std::integral_constant<Step, Step::Split>()), config_);
+      launch_latent(exec, "KokkosMLA::CacheAttention::combine",
+                    bind(std::integral_constant<Step, Step::Combine>()), config_);
+    }
+    return;
   }
+  // The register path: absorb every row, attend (in parts, then merged), up-project every row.
+  Scalar* const rows_r = workspace_.data();  // qa, then oa: (B, Tq, H, R)
+  Scalar* const parts = rows_r + shape_.batch * shape_.queries * shape_.heads * shape_.latent_dim;
+  auto with_rows = [&](auto step) {
+    auto k = bind(step);
+    k.workspace = rows_r;
+    k.parts = parts;
+    return k;
+  };
+  auto absorb = project_kernel<ExecSpace, Scalar, true>(shape_);
+  absorb.from = a.q.data();
+  absorb.to = rows_r;
+  absorb.w = a.w_uk.data();
+  absorb.alpha = Scalar(scale_);
+  launch_project(exec, "KokkosMLA::CacheAttention::absorb", absorb, config_);
+  if (splits_ == 1) {
+    launch_latent(exec, "KokkosMLA::CacheAttention::attend",
+                  RegisterKernel<ExecSpace, Scalar, Step::Attend>(
+                      with_rows(std::integral_constant<Step, Step::Attend>())),
+                  config_);
+  } else {
+    launch_latent(exec, "KokkosMLA::CacheAttention::split",
+                  RegisterKernel<ExecSpace, Scalar, Step::Split>(
+                      with_rows(std::integral_constant<Step, Step::Split>())),
+                  config_);
+    launch_latent(exec, "KokkosMLA::CacheAttention::merge",
+                  with_rows(std::integral_constant<Step, Step::Merge>()), config_);
+  }
+  auto up = project_kernel<ExecSpace, Scalar, false>(shape_);
+  up.from = rows_r;
+  up.to = a.out.data();
+  up.w = a.w_uv.data();
+  launch_project(exec, "KokkosMLA::CacheAttention::up_project", up, config_);
 }
 
 template <class Scalar, class ExecSpace>

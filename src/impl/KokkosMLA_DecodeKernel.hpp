@@ -1,18 +1,20 @@
 #ifndef KOKKOSMLA_DECODEKERNEL_HPP
 #define KOKKOSMLA_DECODEKERNEL_HPP
-// Cache attention on GPUs: the Fused and Split steps of the latent kernel
+// Cache attention on GPUs: the Attend and Split steps of the latent kernel
 // with the output accumulator oa in registers instead of team scratch.
 //
-// Scratch then holds only the query rows (qa and the scaled RoPE queries side
-// by side, R + Dr wide) and one key tile (latent and RoPE keys side by side),
-// which lets a team take twice as many head rows within a GPU's 48 KB; the
-// weight chunks of the absorb and up-projection steps reuse the key tile's
-// space. Per key tile: one gather, the scores as a split-K product, the
-// softmax update, and P . latent accumulated by each thread into the columns
-// c = rank + j * team_size it owns (j < Columns) for every row.
+// The absorbed queries qa come from a workspace (ProjectKernel computes them
+// for all sequences at once, as does the up-projection after), so scratch
+// holds only the query rows (qa and the scaled RoPE queries side by side,
+// R + Dr wide) and one key tile (latent and RoPE keys side by side): a team
+// takes up to kMaxRows head rows within a GPU's 48 KB. Per key tile: one
+// gather, the scores as a split-K product, the softmax update, and P . latent
+// accumulated by each thread into the columns c = rank + j * team_size it owns
+// (j < Columns) for every row. Attend writes the normalised oa over qa in the
+// workspace; Split writes each part's oa and lse.
 // It needs team_size * Columns >= R and at most kMaxRows rows per team; the
-// plan falls back to LatentKernel otherwise (always on hosts, whose teams are
-// one thread).
+// plan falls back to LatentKernel otherwise (on hosts, whose teams are one
+// thread, unless R <= Columns).
 
 #include "KokkosMLA_LatentKernels.hpp"
 
@@ -35,7 +37,7 @@ struct KeyRowsWithRope {
 
 template <class ExecSpace, class T, LatentStep Step, int Columns>
 struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
-  static_assert(Step == LatentStep::Fused || Step == LatentStep::Split, "DecodeKernel runs Fused or Split");
+  static_assert(Step == LatentStep::Attend || Step == LatentStep::Split, "DecodeKernel runs Attend or Split");
   using Base = LatentKernel<ExecSpace, T, Step>;
   using typename Base::Block;
   using typename Base::KeyRange;
@@ -43,8 +45,7 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
   using typename Base::ScratchView;
   static constexpr int kMaxRows = 8;
   // Each thread owns Columns columns: fewer threads than planned would leave
-  // columns out. On GPUs, registers capped at 170 so that 3 teams share an SM
-  // (the compiler's choice, 176, allows 2).
+  // columns out. On GPUs, registers capped so that 3 teams share an SM.
   static constexpr bool needs_full_team = true;
   using bounds = std::conditional_t<is_host_space<ExecSpace>(), Kokkos::LaunchBounds<>,
                                     Kokkos::LaunchBounds<preferred_team_size<ExecSpace>(), 3>>;
@@ -58,13 +59,11 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
     std::size_t query, tile, p, max, sum, rescale, partial, total;
   };
   KOKKOS_INLINE_FUNCTION Layout layout(const LatentTiles& t) const {
-    const std::size_t rows = std::size_t(t.rows()), d = std::size_t(this->dim);
-    const std::size_t keys = std::size_t(t.key_tile) * (width() + 1);
-    const std::size_t weights = rows * d + std::size_t(t.weight_chunk) * (d + 1);  // q/out rows + a chunk
+    const std::size_t rows = std::size_t(t.rows());
     ScratchLayout<T> c;
     Layout l;
     l.query = c.take(rows * width());
-    l.tile = c.take(max_of(keys, weights));
+    l.tile = c.take(std::size_t(t.key_tile) * (width() + 1));
     l.p = c.take(rows * t.key_tile);
     l.max = c.take(rows);
     l.sum = c.take(rows);
@@ -128,13 +127,10 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
     ScratchView scratch(team.team_scratch(this->scratch_level), l.total);
     T* base = scratch.data();
     const Mat<T> query{base + l.query, width()}, tile{base + l.tile, width() + 1};
-    const Mat<T> rows_d{base + l.tile, this->dim};
-    T* const stage = base + l.tile + std::size_t(k.rows()) * this->dim;
     const Mat<T> p{base + l.p, this->tiles.key_tile};
     const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
 
-    this->template move_rows<true>(team, k, const_cast<T*>(this->q), this->dim, rows_d);
-    this->absorb(team, k, rows_d, stage, query);
+    this->template move_rows<true>(team, k, this->workspace, this->rank, query);
     if (this->rope_dim > 0) {
       const Mat<T> rope_part{query.ptr + this->rank, query.ld};
       this->template move_rows<true>(team, k, const_cast<T*>(this->q_rope), this->rope_dim, rope_part);
@@ -144,12 +140,8 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
       team.team_barrier();
     }
     attend(team, k, query, tile, p, st, base + l.partial);
-    if (Step == LatentStep::Split) {
-      this->template move_rows<false>(team, k, this->part_oa(k.part), this->rank, query);
-    } else {
-      this->up_project(team, k, query, stage, rows_d);
-      this->template move_rows<false>(team, k, this->out, this->dim, rows_d);
-    }
+    T* const result = Step == LatentStep::Split ? this->part_oa(k.part) : this->workspace;
+    this->template move_rows<false>(team, k, result, this->rank, query);
   }
 };
 

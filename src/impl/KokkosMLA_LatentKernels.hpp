@@ -16,7 +16,8 @@
 // Split-KV (flash-decoding) divides each sequence's keys among `splits` teams:
 // the Split step writes each part's oa and log-sum-exp to a workspace, and
 // the Combine step merges the parts by their log-sum-exp and up-projects once
-// (the up-projection is linear, so merging in the latent space is exact).
+// (the up-projection is linear, so merging in the latent space is exact);
+// Merge merges only, for DecodeKernel's path, which up-projects separately.
 
 #include "KokkosMLA_TeamOps.hpp"
 
@@ -65,7 +66,7 @@ struct LatentTiles {
 };
 
 /// Which steps a kernel runs, and so which scratch arrays it needs.
-enum class LatentStep { Fused, Absorb, Attend, UpProject, Split, Combine };
+enum class LatentStep { Fused, Absorb, Attend, UpProject, Split, Combine, Merge };
 
 template <class ExecSpace, class T, LatentStep Step>
 struct LatentKernel {
@@ -78,7 +79,7 @@ struct LatentKernel {
       Step == LatentStep::Fused || Step == LatentStep::Attend || Step == LatentStep::Split;
   static constexpr bool projects =
       Step == LatentStep::Fused || Step == LatentStep::UpProject || Step == LatentStep::Combine;
-  static constexpr bool combines = Step == LatentStep::Combine;
+  static constexpr bool combines = Step == LatentStep::Combine || Step == LatentStep::Merge;
   // Any team size works; no register cap.
   static constexpr bool needs_full_team = false;
   using bounds = Kokkos::LaunchBounds<>;
@@ -91,8 +92,10 @@ struct LatentKernel {
   T* out = nullptr;         // (B, T, H, D)
   T* lse = nullptr;         // (B, T, H), or null when not asked for
   // Absorbed: (B, T, H, R), qa after Absorb, oa after Attend (in place).
-  // Split and Combine: (splits, B, T, H, R) parts of oa, then (splits, B, T, H) their lse.
+  // Merge: (B, T, H, R), the merged oa.
   T* workspace = nullptr;
+  // Split, Combine and Merge: (splits, B, T, H, R) parts of oa, then (splits, B, T, H) their lse.
+  T* parts = nullptr;
   std::int64_t batch = 0, queries = 0, heads = 0, dim = 0, rank = 0, rope_dim = 0;
   int splits = 1;
   int team_threads = 1;  ///< the most threads a team is launched with: its partial sums
@@ -117,7 +120,7 @@ struct LatentKernel {
     l.stage = c.take(max_of(weights, keys));
     l.qa = c.take((absorbs || attends) ? rows * rank : 0);
     l.qr = c.take(attends ? rows * rope_dim : 0);
-    l.oa = c.take((attends || projects) ? rows * rank : 0);
+    l.oa = c.take((attends || projects || combines) ? rows * rank : 0);
     // Combine keeps each row's weights of the splits where Attend keeps probabilities.
     l.p = c.take(attends ? rows * t.key_tile : combines ? rows * splits : 0);
     l.max = c.take(attends ? rows : 0);
@@ -131,8 +134,8 @@ struct LatentKernel {
 
   KOKKOS_INLINE_FUNCTION int token_tiles() const { return int((queries + tiles.tokens - 1) / tiles.tokens); }
   KOKKOS_INLINE_FUNCTION int head_groups() const { return int((heads + tiles.heads - 1) / tiles.heads); }
-  KOKKOS_INLINE_FUNCTION int parts() const { return Step == LatentStep::Split ? splits : 1; }
-  int league_size() const { return int(batch * head_groups() * token_tiles() * parts()); }
+  KOKKOS_INLINE_FUNCTION int parts_per_row() const { return Step == LatentStep::Split ? splits : 1; }
+  int league_size() const { return int(batch * head_groups() * token_tiles() * parts_per_row()); }
 
   /// The rows a team owns, and for Split, which part of the keys.
   struct Block {
@@ -146,8 +149,8 @@ struct LatentKernel {
     const int tt = ntt - 1 - int(league % ntt);
     const int hg = int((league / ntt) % nhg);
     Block k;
-    k.part = int((league / (std::int64_t(ntt) * nhg)) % parts());
-    k.b = league / (std::int64_t(ntt) * nhg * parts());
+    k.part = int((league / (std::int64_t(ntt) * nhg)) % parts_per_row());
+    k.b = league / (std::int64_t(ntt) * nhg * parts_per_row());
     k.t0 = std::int64_t(tt) * tiles.tokens;
     k.h0 = std::int64_t(hg) * tiles.heads;
     k.tokens = int(min_of<std::int64_t>(tiles.tokens, queries - k.t0));
@@ -176,11 +179,9 @@ struct LatentKernel {
   }
 
   /// Where part `part` of the split workspace starts: its oa rows, then its lse.
-  KOKKOS_INLINE_FUNCTION T* part_oa(int part) const {
-    return workspace + part * batch * queries * heads * rank;
-  }
+  KOKKOS_INLINE_FUNCTION T* part_oa(int part) const { return parts + part * batch * queries * heads * rank; }
   KOKKOS_INLINE_FUNCTION T* part_lse(int part) const {
-    return workspace + splits * batch * queries * heads * rank + part * batch * queries * heads;
+    return parts + splits * batch * queries * heads * rank + part * batch * queries * heads;
   }
 
   /// qa = scale * q_rows . w_uk[:, h, :]^T, head by head, w_uk staged in chunks.
@@ -317,6 +318,7 @@ struct LatentKernel {
     if (Step == LatentStep::Split) move_rows<false>(team, k, part_oa(k.part), rank, oa);
     if (Step == LatentStep::UpProject) move_rows<true>(team, k, workspace, rank, oa);
     if (combines) combine(team, k, p, oa);
+    if (Step == LatentStep::Merge) move_rows<false>(team, k, workspace, rank, oa);
     if (projects) {
       up_project(team, k, oa, stage, rows_d);
       move_rows<false>(team, k, out, dim, rows_d);

@@ -10,6 +10,7 @@
 #include "KokkosMLA_FlashBlockedKernel.hpp"
 #include "KokkosMLA_FlashKernel.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
+#include "KokkosMLA_ProjectKernel.hpp"
 
 #include <stdexcept>
 #include <string>
@@ -197,6 +198,21 @@ Fitted<LatentTiles> latent_tiles(const Kernel& k, std::int64_t keys, const Backe
            x.tokens != old.tokens;
   };
   return fit(t, be, bytes, shrink, "latent attention");
+}
+
+/// Tiles for a ProjectKernel: 32 rows x 64 columns, inner chunks of 32
+/// (4x4 register blocks for 128 threads).
+template <class Kernel>
+Fitted<ProjectTiles> project_tiles(const Kernel& k, const Backend& be) {
+  ProjectTiles t{clamp_tile(k.rows, 32), clamp_tile(k.out_width(), 64), clamp_tile(k.in_width(), 32)};
+  auto bytes = [&](const ProjectTiles& x) { return k.scratch_bytes(x); };
+  auto shrink = [](ProjectTiles& x) {
+    int& larger = x.columns >= x.rows ? x.columns : x.rows;
+    if (larger > 1) return (larger /= 2), true;
+    if (x.chunk > 1) return (x.chunk /= 2), true;
+    return false;
+  };
+  return fit(t, be, bytes, shrink, "projection");
 }
 
 /// Tiles for a DecodeKernel: up to kMaxRows rows (all of one token's heads
