@@ -143,25 +143,13 @@ KOKKOS_INLINE_FUNCTION void team_gemm_long_k(const Member& team, int M, int N, i
 }
 
 /// Copies a rows x cols block read through from(i, j) (a matrix, or rows
-/// gathered from the pages of a cache); ends with a team barrier. Each thread
-/// issues a batch of kBatch loads before storing any: the stores go to
-/// scratch through pointers the compiler cannot tell from the sources, so a
-/// load-store-load loop would wait out one memory latency per element.
+/// gathered from the pages of a cache); ends with a team barrier.
 template <class Member, class From, class T>
 KOKKOS_INLINE_FUNCTION void team_gather(const Member& team, int rows, int cols, From from, Mat<T> to) {
-  constexpr int kBatch = 8;
-  const int total = rows * cols, thread = team.team_rank(), threads = team.team_size();
-  for (int e0 = thread; e0 < total; e0 += kBatch * threads) {
-    T v[kBatch] = {};
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * threads;
-      if (e < total) v[u] = from(e / cols, e % cols);
-    }
-    for (int u = 0; u < kBatch; ++u) {
-      const int e = e0 + u * threads;
-      if (e < total) to(e / cols, e % cols) = v[u];
-    }
-  }
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
+    const int i = e / cols, j = e % cols;
+    to(i, j) = from(i, j);
+  });
   team.team_barrier();
 }
 
