@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plots achieved fp32 TFLOP/s (useful FLOPs of the Decompressed count) per
+"""Plots achieved fp32 prefill TFLOP/s (useful FLOPs of the Decompressed count) per
 shape and implementation from perf_tests/results/h200.jsonl, against the
 SGEMM ceiling measured in the same campaign.
 
@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt
 src, dst = sys.argv[1], sys.argv[2]
 rows = [json.loads(l) for l in open(src)]
 sgemm = max(r["sgemm_TFLOPs"] for r in rows if r.get("impl") == "ceilings")
-gpu = [r for r in rows if r.get("backend") in ("cuda", "torch-cuda") and "shape" in r]
+gpu = [r for r in rows if r.get("backend") in ("cuda", "torch-cuda") and "shape" in r and "Tq" not in r]
 shapes = []
 for r in gpu:
     if tuple(r["shape"]) not in shapes:

@@ -209,7 +209,7 @@ std::vector<CacheCase> cases() {
       {2, 5, 3, 6, 11, 0, 35, 7, false, {5, 35}},          // prefill-like Tq, minimal length
       {2, 4, 17, 3, 65, 2, 70, 5, false, {70, 42}},        // heads and R beyond a tile
       // R <= 4: the register kernel runs on hosts too (GPUs take it up to R = 512).
-      {3, 2, 5, 6, 4, 3, 40, 8, false, {40, 17, 2}},  // paged, RoPE, ragged
+      {3, 2, 5, 6, 4, 2, 40, 8, false, {40, 17, 2}},  // paged, RoPE, ragged
       {2, 1, 9, 5, 3, 2, 30, 0, true, {30, 7}},       // packed, two head groups
   };
 }

@@ -7,10 +7,11 @@
 // for all sequences at once, as does the up-projection after), so scratch
 // holds only the query rows (qa and the scaled RoPE queries side by side,
 // R + Dr wide) and one key tile (latent and RoPE keys side by side): a team
-// takes up to kMaxRows head rows within a GPU's 48 KB. Per key tile: one
-// gather, the scores as a split-K product, the softmax update, and P . latent
-// accumulated by each thread into the columns c = rank + j * team_size it owns
-// (j < Columns) for every row. Attend writes the normalised oa over qa in the
+// takes up to kMaxRows head rows within a GPU's 48 KB. Per key tile: each
+// thread loads the columns c = thread + j * team_size it owns of every key into
+// registers and stages them in scratch; the scores as a split-K product over
+// scratch; the softmax update; and P . latent accumulated from the thread's own
+// registers into its columns (j < Columns) of every row. Attend writes the normalised oa over qa in the
 // workspace; Split writes each part's oa and lse.
 // It needs team_size * Columns >= R and at most kMaxRows rows per team; the
 // plan falls back to LatentKernel otherwise (on hosts, whose teams are one
@@ -23,18 +24,6 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// Element (i, j) of the key rows s0 + i of sequence b: the latent in
-/// columns [0, R), the RoPE key in [R, R + Dr).
-template <class T>
-struct KeyRowsWithRope {
-  const LatentKeys<T>* keys;
-  std::int64_t rank, b, s0;
-  KOKKOS_INLINE_FUNCTION T operator()(int i, int j) const {
-    const std::int64_t row = keys->row(b, s0 + i);
-    return j < rank ? keys->latent[row * keys->latent_ld + j] : keys->rope[row * keys->rope_ld + j - rank];
-  }
-};
-
 template <class ExecSpace, class T, LatentStep Step, int Columns>
 struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
   static_assert(Step == LatentStep::Attend || Step == LatentStep::Split, "DecodeKernel runs Attend or Split");
@@ -44,6 +33,8 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
   using typename Base::Member;
   using typename Base::ScratchView;
   static constexpr int kMaxRows = 8;
+  static constexpr int kMaxKeys = 8;                 ///< keys per tile
+  static constexpr int kStageColumns = Columns + 2;  ///< columns a thread loads: R + Dr <= threads * this
   // Each thread owns Columns columns: fewer threads than planned would leave
   // columns out. On GPUs, registers capped so that 3 teams share an SM.
   static constexpr bool needs_full_team = true;
@@ -75,7 +66,8 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
   std::size_t scratch_bytes(const LatentTiles& t) const { return ScratchView::shmem_size(layout(t).total); }
   /// Whether a team of `threads` can run these extents and tiles.
   bool fits(const LatentTiles& t, int threads) const {
-    return t.rows() <= kMaxRows && std::int64_t(threads) * Columns >= this->rank;
+    return t.rows() <= kMaxRows && t.key_tile <= kMaxKeys && std::int64_t(threads) * Columns >= this->rank &&
+           std::int64_t(threads) * kStageColumns >= width();
   }
 
   /// oa (normalised, into query's first R columns) = softmax(query . keys^T) . latent.
@@ -93,7 +85,24 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
     softmax_init(team, rows, st);
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += this->tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(this->tiles.key_tile, range.end - s0));
-      team_gather(team, n, w, KeyRowsWithRope<T>{&this->cache, this->rank, k.b, s0}, tile);
+      // Each thread loads its columns of every key of the tile at once (one
+      // memory latency), keeps them for P . latent, and stages them for the scores.
+      T v[kMaxKeys][kStageColumns];
+      for (int s = 0; s < kMaxKeys; ++s) {
+        const std::int64_t row = s < n ? this->cache.row(k.b, s0 + s) : 0;
+        for (int j = 0; j < kStageColumns; ++j) {
+          const int c = thread + j * threads;
+          v[s][j] = s >= n || c >= w ? T(0)
+                    : c < r          ? this->cache.latent[row * this->cache.latent_ld + c]
+                                     : this->cache.rope[row * this->cache.rope_ld + c - r];
+        }
+      }
+      for (int s = 0; s < kMaxKeys; ++s)
+        for (int j = 0; j < kStageColumns; ++j) {
+          const int c = thread + j * threads;
+          if (s < n && c < w) tile(s, c) = v[s][j];
+        }
+      team.team_barrier();
       team_gemm_long_k(team, rows, n, w, T(1), Mat<const T>{query.ptr, query.ld},
                        TransposedB<T>{tile.ptr, tile.ld}, p, false, partial);
       softmax_update(team, rows, n, s0, last_key, p, st);
@@ -101,12 +110,12 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
         const T rescale = i < rows ? st.rescale[i] : T(0);
         for (int j = 0; j < Columns; ++j) acc[i][j] *= rescale;
       }
-      for (int s = 0; s < n; ++s)
+      for (int s = 0; s < kMaxKeys; ++s)
         for (int j = 0; j < Columns; ++j) {
           const int c = thread + j * threads;
-          const T v = c < r ? tile(s, c) : T(0);
+          const T value = s < n && c < r ? v[s][j] : T(0);
           for (int i = 0; i < kMaxRows; ++i)
-            if (i < rows) acc[i][j] += p(i, s) * v;
+            if (i < rows && s < n) acc[i][j] += p(i, s) * value;
         }
       team.team_barrier();  // the next tile overwrites this one
     }
