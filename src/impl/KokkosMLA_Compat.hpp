@@ -10,6 +10,15 @@
 #include <cmath>
 #include <limits>
 
+// Fully unrolls a loop of constant trip count in CUDA device code, so that
+// the register arrays it indexes stay in registers (host compilers unroll by
+// their own measure, and GCC would warn about an unknown pragma).
+#if defined(__CUDA_ARCH__)
+#define KOKKOSMLA_UNROLL _Pragma("unroll")
+#else
+#define KOKKOSMLA_UNROLL
+#endif
+
 namespace KokkosMLA {
 namespace Impl {
 

@@ -80,16 +80,21 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
     auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
     const KeyRange range = this->key_range(k);
     T acc[kMaxRows][Columns];
-    for (int i = 0; i < kMaxRows; ++i)
+    KOKKOSMLA_UNROLL
+    for (int i = 0; i < kMaxRows; ++i) {
+      KOKKOSMLA_UNROLL
       for (int j = 0; j < Columns; ++j) acc[i][j] = T(0);
+    }
     softmax_init(team, rows, st);
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += this->tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(this->tiles.key_tile, range.end - s0));
       // Each thread loads its columns of every key of the tile at once (one
       // memory latency), keeps them for P . latent, and stages them for the scores.
       T v[kMaxKeys][kStageColumns];
+      KOKKOSMLA_UNROLL
       for (int s = 0; s < kMaxKeys; ++s) {
         const std::int64_t row = s < n ? this->cache.row(k.b, s0 + s) : 0;
+        KOKKOSMLA_UNROLL
         for (int j = 0; j < kStageColumns; ++j) {
           const int c = thread + j * threads;
           v[s][j] = s >= n || c >= w ? T(0)
@@ -97,33 +102,45 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
                                      : this->cache.rope[row * this->cache.rope_ld + c - r];
         }
       }
-      for (int s = 0; s < kMaxKeys; ++s)
+      KOKKOSMLA_UNROLL
+      for (int s = 0; s < kMaxKeys; ++s) {
+        KOKKOSMLA_UNROLL
         for (int j = 0; j < kStageColumns; ++j) {
           const int c = thread + j * threads;
           if (s < n && c < w) tile(s, c) = v[s][j];
         }
+      }
       team.team_barrier();
       team_gemm_long_k(team, rows, n, w, T(1), Mat<const T>{query.ptr, query.ld},
                        TransposedB<T>{tile.ptr, tile.ld}, p, false, partial);
       softmax_update(team, rows, n, s0, last_key, p, st);
+      KOKKOSMLA_UNROLL
       for (int i = 0; i < kMaxRows; ++i) {
         const T rescale = i < rows ? st.rescale[i] : T(0);
+        KOKKOSMLA_UNROLL
         for (int j = 0; j < Columns; ++j) acc[i][j] *= rescale;
       }
-      for (int s = 0; s < kMaxKeys; ++s)
+      KOKKOSMLA_UNROLL
+      for (int s = 0; s < kMaxKeys; ++s) {
+        KOKKOSMLA_UNROLL
         for (int j = 0; j < Columns; ++j) {
           const int c = thread + j * threads;
           const T value = s < n && c < r ? v[s][j] : T(0);
+          KOKKOSMLA_UNROLL
           for (int i = 0; i < kMaxRows; ++i)
             if (i < rows && s < n) acc[i][j] += p(i, s) * value;
         }
+      }
       team.team_barrier();  // the next tile overwrites this one
     }
-    for (int i = 0; i < kMaxRows; ++i)
+    KOKKOSMLA_UNROLL
+    for (int i = 0; i < kMaxRows; ++i) {
+      KOKKOSMLA_UNROLL
       for (int j = 0; j < Columns; ++j) {
         const int c = thread + j * threads;
         if (i < rows && c < r) query(i, c) = acc[i][j] / st.sum[i];
       }
+    }
     team.team_barrier();
     T* const lse_out = Step == LatentStep::Split ? this->part_lse(k.part) : this->lse;
     if (lse_out)
