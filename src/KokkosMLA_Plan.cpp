@@ -103,16 +103,12 @@ void launch_flash_blocked(const ExecSpace& exec, const Shape& s, const LaunchCon
          typename FlashBlock<V>::bounds());
 }
 
-/// The flash kernel the plan chose; host spaces have only the host tile.
+/// The flash kernel the plan chose: a blocked variant on GPUs, else the portable one.
 template <class ExecSpace, class T>
 void launch_flash(const ExecSpace& exec, const Shape& s, const LaunchConfig& c, T scale, bool causal,
                   const T* q, const T* k, const T* v, T* out, T* lse) {
   const auto variant = FlashVariant(c.flash_variant);
-  if constexpr (is_host_space<ExecSpace>()) {
-    if (variant == FlashVariant::Host)
-      return launch_flash_blocked<ExecSpace, T, FlashVariant::Host>(exec, s, c, scale, causal, q, k, v, out,
-                                                                    lse);
-  } else {
+  if constexpr (!is_host_space<ExecSpace>()) {
     if (variant == FlashVariant::Narrow)
       return launch_flash_blocked<ExecSpace, T, FlashVariant::Narrow>(exec, s, c, scale, causal, q, k, v, out,
                                                                       lse);
