@@ -124,8 +124,10 @@ def main():
     name = lambda s: "B%d_T%d_H%d_D%d_R%d" % s
     shapes = [s for s in SHAPES if re.search(args.filter, name(s))]
     args.bench_filter = "float/(%s)/(%s)/" % ("|".join(name(s) for s in shapes), args.algorithms)
-    torch_rows, ceilings = run_torch(args, shapes)
+    # Ours first: PyTorch's CPU thread pool keeps spinning after its runs and
+    # would compete with the benchmark's OpenMP threads (8-10x slower).
     ours, context = run_ours(args)
+    torch_rows, ceilings = run_torch(args, shapes)
     device = args.device or ceilings.pop("gpu", "cpu")
     with open(args.out, "a" if args.append else "w") as f:
         for r in torch_rows + ours:
