@@ -79,6 +79,23 @@ struct Bound {
         w_uv(in.w_uv.data(), s.latent_dim, s.heads, s.head_dim) {}
 };
 
+/// ||out - want|| / ||want||, on the device.
+template <class T>
+double relative_distance(const View1<T>& out, const View1<double>& want) {
+  double num = 0, den = 0;
+  Kokkos::parallel_reduce(
+      "KokkosMLA::bench::error", Kokkos::RangePolicy<Space>(0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, double& n) {
+        const double d = double(out(i)) - want(i);
+        n += d * d;
+      },
+      num);
+  Kokkos::parallel_reduce(
+      "KokkosMLA::bench::norm", Kokkos::RangePolicy<Space>(0, out.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i, double& n) { n += want(i) * want(i); }, den);
+  return std::sqrt(num / den);
+}
+
 /// ||out - ref|| / ||ref|| with ref from the double Decompressed path on the same inputs.
 template <class T>
 double relative_error(const Shape& s, const Inputs<T>& in) {
@@ -96,20 +113,7 @@ double relative_error(const Shape& s, const Inputs<T>& in) {
   opt.algorithm = Algorithm::Decompressed;
   Bound<double> r(ref, s);
   Plan<double, Space>(Space(), s, opt).execute(Space(), r.q, r.latent, r.w_uk, r.w_uv, r.out);
-  double num = 0, den = 0;
-  const View1<T> out = in.out;
-  const View1<double> want = ref.out;
-  Kokkos::parallel_reduce(
-      "KokkosMLA::bench::error", Kokkos::RangePolicy<Space>(0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, double& n) {
-        const double d = double(out(i)) - want(i);
-        n += d * d;
-      },
-      num);
-  Kokkos::parallel_reduce(
-      "KokkosMLA::bench::norm", Kokkos::RangePolicy<Space>(0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, double& n) { n += want(i) * want(i); }, den);
-  return std::sqrt(num / den);
+  return relative_distance(in.out, ref.out);
 }
 
 template <class T>
@@ -242,20 +246,7 @@ template <class T>
 double decode_relative_error(const DecodeShape& d, const DecodeInputs<T>& in) {
   DecodeInputs<double> ref(d);
   CachePlan<double, Space>(Space(), cache_shape(ref.args)).execute(Space(), ref.args);
-  const View1<T> out = in.out;
-  const View1<double> want = ref.out;
-  double num = 0, den = 0;
-  Kokkos::parallel_reduce(
-      "KokkosMLA::bench::error", Kokkos::RangePolicy<Space>(0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, double& n) {
-        const double e = double(out(i)) - want(i);
-        n += e * e;
-      },
-      num);
-  Kokkos::parallel_reduce(
-      "KokkosMLA::bench::norm", Kokkos::RangePolicy<Space>(0, out.extent(0)),
-      KOKKOS_LAMBDA(const std::int64_t i, double& n) { n += want(i) * want(i); }, den);
-  return std::sqrt(num / den);
+  return relative_distance(in.out, ref.out);
 }
 
 template <class T>

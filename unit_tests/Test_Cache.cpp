@@ -196,6 +196,15 @@ Shape lse_shape_of(const CacheCase& c) {
   return s;
 }
 
+/// out and lse of an executed call against the reference on the logical data.
+template <class T>
+void expect_matches_reference(const Logical& l, const CacheArguments<T>& a, const Options& opt) {
+  std::vector<double> lse;
+  const std::vector<double> want = l.reference(opt, &lse);
+  EXPECT_TRUE(close(Problem<T>::host_copy(a.out), want, tolerance<T>(), shape_of(l.c)));
+  EXPECT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(l.c)));
+}
+
 /// Cases covering each feature; lengths are ragged unless noted.
 std::vector<CacheCase> cases() {
   return {
@@ -237,10 +246,7 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
           EXPECT_NE(plan.describe().find("registers"), std::string::npos) << plan.describe();
         }
         plan.execute(Space(), a);
-        std::vector<double> lse;
-        const std::vector<double> want = l.reference(opt, &lse);
-        EXPECT_TRUE(close(Problem<T>::host_copy(a.out), want, tolerance<T>(), shape_of(c)));
-        EXPECT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(c)));
+        expect_matches_reference(l, a, opt);
       }
 }
 
@@ -271,10 +277,7 @@ TYPED_TEST(Cache, RandomProblemsMatchReference) {
     const DeviceCache<T> dc(l, 500 + trial);
     const CacheArguments<T> a = arguments(l, dc);
     cache_attention(Space(), a, opt);
-    std::vector<double> lse;
-    const std::vector<double> want = l.reference(opt, &lse);
-    ASSERT_TRUE(close(Problem<T>::host_copy(a.out), want, tolerance<T>(), shape_of(c)));
-    ASSERT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(c)));
+    expect_matches_reference(l, a, opt);
   }
 }
 
