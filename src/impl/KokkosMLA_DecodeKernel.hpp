@@ -1,18 +1,19 @@
 #ifndef KOKKOSMLA_DECODEKERNEL_HPP
 #define KOKKOSMLA_DECODEKERNEL_HPP
-// Cache attention on GPUs: the Attend and Split steps of the latent kernel
-// with the output accumulator oa in registers instead of team scratch.
+// Cache attention with the output accumulator oa in registers instead of
+// team scratch: the Attend and Split steps of the latent kernel.
 //
 // The absorbed queries qa come from a workspace (ProjectKernel computes them
 // for all sequences at once, as does the up-projection after), so scratch
 // holds only the query rows (qa and the scaled RoPE queries side by side,
 // R + Dr wide) and one key tile (latent and RoPE keys side by side): a team
 // takes up to kMaxRows head rows within a GPU's 48 KB. Per key tile: each
-// thread loads the columns c = thread + j * team_size it owns of every key into
-// registers and stages them in scratch; the scores as a split-K product over
-// scratch; the softmax update; and P . latent accumulated from the thread's own
-// registers into its columns (j < Columns) of every row. Attend writes the normalised oa over qa in the
-// workspace; Split writes each part's oa and lse.
+// thread loads the columns c = thread + j * team_size it owns of every key
+// into registers and stages them in scratch; the scores as a split-K product
+// over scratch; the softmax update; and P . latent accumulated from the
+// thread's own registers into its columns (j < Columns) of every row. Attend
+// writes the normalised oa over qa in the workspace; Split writes each part's
+// oa and lse.
 // It needs team_size * Columns >= R and at most kMaxRows rows per team; the
 // plan falls back to LatentKernel otherwise (on hosts, whose teams are one
 // thread, unless R <= Columns).
@@ -75,9 +76,7 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
                                      SoftmaxRows<T> st, T* partial) const {
     const int rows = k.rows(), r = int(this->rank), w = int(width());
     const int thread = team.team_rank(), threads = team.team_size();
-    const std::int64_t length = this->cache.length(k.b), offset = length - this->queries;
-    const bool causal = this->causal;
-    auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
+    auto visible = [&](int i) { return this->last_key(k, i); };
     const KeyRange range = this->key_range(k);
     T acc[kMaxRows][Columns];
     KOKKOSMLA_UNROLL
@@ -113,7 +112,7 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
       team.team_barrier();
       team_gemm_long_k(team, rows, n, w, T(1), Mat<const T>{query.ptr, query.ld},
                        TransposedB<T>{tile.ptr, tile.ld}, p, false, partial);
-      softmax_update(team, rows, n, s0, last_key, p, st);
+      softmax_update(team, rows, n, s0, visible, p, st);
       KOKKOSMLA_UNROLL
       for (int i = 0; i < kMaxRows; ++i) {
         const T rescale = i < rows ? st.rescale[i] : T(0);

@@ -201,14 +201,21 @@ struct LatentKernel {
     }
   }
 
+  /// The last key position row i of the block may see: its own position when
+  /// causal (query t of a sequence of `length` keys sits at length - T + t),
+  /// else the sequence's last.
+  KOKKOS_INLINE_FUNCTION std::int64_t last_key(const Block& k, int i) const {
+    const std::int64_t length = cache.length(k.b);
+    return causal ? length - queries + k.t0 + i % k.tokens : length - 1;
+  }
+
   /// The keys the block's rows attend to in this part: [begin, end).
   struct KeyRange {
     std::int64_t begin, end;
   };
   KOKKOS_INLINE_FUNCTION KeyRange key_range(const Block& k) const {
     const std::int64_t length = cache.length(k.b);
-    const std::int64_t offset = length - queries;  // query t sits at key position offset + t
-    KeyRange r{0, causal ? min_of(length, offset + k.t0 + k.tokens) : length};
+    KeyRange r{0, last_key(k, k.tokens - 1) + 1};  // the block's last token sees the most
     if (Step == LatentStep::Split) {
       // Parts are whole key tiles of the sequence, the same for every block.
       const std::int64_t per_part = (length + splits - 1) / splits;
@@ -224,8 +231,7 @@ struct LatentKernel {
   KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, Mat<T> qr, T* stage,
                                      Mat<T> p, SoftmaxRows<T> st, T* partial, Mat<T> oa) const {
     const int rows = k.rows(), r = int(rank), dr = int(rope_dim);
-    const std::int64_t length = cache.length(k.b), offset = length - queries;
-    auto last_key = [&](int i) { return causal ? offset + k.t0 + i % k.tokens : length - 1; };
+    auto visible = [&](int i) { return last_key(k, i); };
     const KeyRange range = key_range(k);
     const Mat<T> latent_tile{stage, rank + 1}, rope_tile{stage + tiles.key_tile * (rank + 1), rope_dim + 1};
     softmax_init(team, rows, st);
@@ -239,7 +245,7 @@ struct LatentKernel {
         team_gemm_long_k(team, rows, n, dr, scale, Mat<const T>{qr.ptr, qr.ld},
                          TransposedB<T>{rope_tile.ptr, rope_tile.ld}, p, true, partial);
       }
-      softmax_update(team, rows, n, s0, last_key, p, st);
+      softmax_update(team, rows, n, s0, visible, p, st);
       team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{latent_tile.ptr, latent_tile.ld},
                 oa, st.rescale, s0 > range.begin);
     }
