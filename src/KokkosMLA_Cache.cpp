@@ -52,15 +52,6 @@ ProjectKernel<ExecSpace, T, Absorb> project_kernel(const CacheShape& s) {
   return k;
 }
 
-/// Launches a projection kernel with the plan's tiles; scratch at level 0 when it fits.
-template <class ExecSpace, class Kernel>
-void launch_project(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
-  k.tiles = {c.project_rows, c.project_columns, c.project_chunk};
-  const std::size_t bytes = k.scratch_bytes(k.tiles);
-  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
-  launch(exec, label, k, c.team_size, bytes);
-}
-
 /// A latent kernel of a cache problem's extents (cache pointers unset).
 template <class ExecSpace, class T, LatentStep Step>
 LatentKernel<ExecSpace, T, Step> cache_kernel(const CacheShape& s, int splits) {
@@ -118,14 +109,10 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
     // The register kernel when its rows and columns fit: on GPUs for R up to
     // 4 * 128, on hosts (one thread per team) only for R <= 4.
     const RegisterKernel<ExecSpace, Scalar, LatentStep::Split> registers(prototype);
-    try {
-      const Fitted<LatentTiles> d = decode_tiles(registers, shape.capacity, be);
-      if (registers.fits(d.tiles, be.team_size)) {
-        f = d;
-        in_registers_ = true;
-      }
-    } catch (const std::invalid_argument&) {
-      // Too wide for level-0 scratch: stay with the portable kernel.
+    const Fitted<LatentTiles> d = decode_tiles(registers, shape.capacity, be);
+    if (d.level == 0 && registers.fits(d.tiles, be.team_size)) {
+      f = d;
+      in_registers_ = true;
     }
   }
   config_.algorithm = Algorithm::Fused;
@@ -175,6 +162,7 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
   require_same_cache_shape(caller, shape_, validate_cache_extents(caller, describe_cache(a)));
   if (options_.check_cache_indices) check_cache_indices(caller, exec, a.cache, shape_.queries);
 
+  const std::int64_t qa_elements = shape_.batch * shape_.queries * shape_.heads * shape_.latent_dim;
   auto bind = [&](auto step) {
     constexpr LatentStep Step = decltype(step)::value;
     LatentKernel<ExecSpace, Scalar, Step> k = cache_kernel<ExecSpace, Scalar, Step>(shape_, splits_);
@@ -188,57 +176,54 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
     k.w_uv = a.w_uv.data();
     k.out = a.out.data();
     k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+    // The register path keeps every row's qa (then oa) first, the split parts after.
     k.workspace = workspace_.data();
-    k.parts = workspace_.data();
+    k.parts = workspace_.data() + (in_registers_ ? qa_elements : 0);
     return k;
   };
   using Step = LatentStep;
   if (!in_registers_) {
     // One kernel absorbs, attends and up-projects; split-KV adds one that merges and up-projects.
     if (splits_ == 1) {
-      launch_latent(exec, "KokkosMLA::CacheAttention", bind(std::integral_constant<Step, Step::Fused>()),
-                    config_);
+      launch_tiled(exec, "KokkosMLA::CacheAttention", bind(std::integral_constant<Step, Step::Fused>()),
+                   config_);
     } else {
-      launch_latent(exec, "KokkosMLA::CacheAttention::split",
-                    bind(std::integral_constant<Step, Step::Split>()), config_);
-      launch_latent(exec, "KokkosMLA::CacheAttention::combine",
-                    bind(std::integral_constant<Step, Step::Combine>()), config_);
+      launch_tiled(exec, "KokkosMLA::CacheAttention::split",
+                   bind(std::integral_constant<Step, Step::Split>()), config_);
+      launch_tiled(exec, "KokkosMLA::CacheAttention::combine",
+                   bind(std::integral_constant<Step, Step::Combine>()), config_);
     }
     return;
   }
   // The register path: absorb every row, attend (in parts, then merged), up-project every row.
-  Scalar* const rows_r = workspace_.data();  // qa, then oa: (B, Tq, H, R)
-  Scalar* const parts = rows_r + shape_.batch * shape_.queries * shape_.heads * shape_.latent_dim;
-  auto with_rows = [&](auto step) {
-    auto k = bind(step);
-    k.workspace = rows_r;
-    k.parts = parts;
-    return k;
+  auto project = [&](auto absorbs, const char* label, const Scalar* from, Scalar* to, const Scalar* w,
+                     Scalar alpha) {
+    auto k = project_kernel<ExecSpace, Scalar, decltype(absorbs)::value>(shape_);
+    k.tiles = {config_.project_rows, config_.project_columns, config_.project_chunk};
+    k.from = from;
+    k.to = to;
+    k.w = w;
+    k.alpha = alpha;
+    launch_tiled(exec, label, k, config_);
   };
-  auto absorb = project_kernel<ExecSpace, Scalar, true>(shape_);
-  absorb.from = a.q.data();
-  absorb.to = rows_r;
-  absorb.w = a.w_uk.data();
-  absorb.alpha = Scalar(scale_);
-  launch_project(exec, "KokkosMLA::CacheAttention::absorb", absorb, config_);
+  Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
+  project(std::true_type(), "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(),
+          Scalar(scale_));
   if (splits_ == 1) {
-    launch_latent(exec, "KokkosMLA::CacheAttention::attend",
-                  RegisterKernel<ExecSpace, Scalar, Step::Attend>(
-                      with_rows(std::integral_constant<Step, Step::Attend>())),
-                  config_);
+    launch_tiled(
+        exec, "KokkosMLA::CacheAttention::attend",
+        RegisterKernel<ExecSpace, Scalar, Step::Attend>(bind(std::integral_constant<Step, Step::Attend>())),
+        config_);
   } else {
-    launch_latent(exec, "KokkosMLA::CacheAttention::split",
-                  RegisterKernel<ExecSpace, Scalar, Step::Split>(
-                      with_rows(std::integral_constant<Step, Step::Split>())),
-                  config_);
-    launch_latent(exec, "KokkosMLA::CacheAttention::merge",
-                  with_rows(std::integral_constant<Step, Step::Merge>()), config_);
+    launch_tiled(
+        exec, "KokkosMLA::CacheAttention::split",
+        RegisterKernel<ExecSpace, Scalar, Step::Split>(bind(std::integral_constant<Step, Step::Split>())),
+        config_);
+    launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bind(std::integral_constant<Step, Step::Merge>()),
+                 config_);
   }
-  auto up = project_kernel<ExecSpace, Scalar, false>(shape_);
-  up.from = rows_r;
-  up.to = a.out.data();
-  up.w = a.w_uv.data();
-  launch_project(exec, "KokkosMLA::CacheAttention::up_project", up, config_);
+  project(std::false_type(), "KokkosMLA::CacheAttention::up_project", qa, a.out.data(), a.w_uv.data(),
+          Scalar(1));
 }
 
 template <class Scalar, class ExecSpace>

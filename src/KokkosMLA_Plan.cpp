@@ -210,11 +210,11 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
   switch (config_.algorithm) {
     case Algorithm::Auto:
     case Algorithm::Fused:
-      launch_latent(exec, "KokkosMLA::Fused",
-                    bound_latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
-                        s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
-                        out.data(), lse, nullptr),
-                    config_);
+      launch_tiled(exec, "KokkosMLA::Fused",
+                   bound_latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
+                       s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
+                       out.data(), lse, nullptr),
+                   config_);
       break;
     case Algorithm::Absorbed: {
       // Only the attend step has the softmax state, so only it writes lse.
@@ -225,12 +225,12 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
             step_value == LatentStep::Attend ? lse : nullptr, ws);
       };
       using Step = LatentStep;
-      launch_latent(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()),
-                    config_);
-      launch_latent(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()),
-                    config_);
-      launch_latent(exec, "KokkosMLA::Absorbed::up_project",
-                    args(std::integral_constant<Step, Step::UpProject>()), config_);
+      launch_tiled(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()),
+                   config_);
+      launch_tiled(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()),
+                   config_);
+      launch_tiled(exec, "KokkosMLA::Absorbed::up_project",
+                   args(std::integral_constant<Step, Step::UpProject>()), config_);
       break;
     }
     case Algorithm::Decompressed: {

@@ -54,10 +54,10 @@ inline LatentTiles latent_tiles_of(const LaunchConfig& c) {
   return {c.query_tile, c.head_group, c.key_tile, c.weight_chunk};
 }
 
-/// Launches a latent kernel whose tiles are set; its scratch goes to level 0
-/// when it fits there.
+/// Launches a kernel whose tiles are set (latent, decode and projection
+/// kernels); its scratch goes to level 0 when it fits there.
 template <class ExecSpace, class Kernel>
-void launch_latent(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
+void launch_tiled(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
   const std::size_t bytes = k.scratch_bytes(k.tiles);
   k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
   launch(exec, label, k, c.team_size, bytes, Kernel::needs_full_team, typename Kernel::bounds());

@@ -210,24 +210,22 @@ Fitted<ProjectTiles> project_tiles(const Kernel& k, const Backend& be) {
 }
 
 /// Tiles for a DecodeKernel: up to kMaxRows rows (all of one token's heads
-/// first), key tiles of 8; level 0 only (the kernel is for GPUs). Throws when
-/// they do not fit, so that the caller can fall back.
+/// first), key tiles of up to kMaxKeys, shrinking to fit level-0 scratch. The
+/// kernel is only worth it at level 0: a caller takes it when level == 0.
 template <class Kernel>
 Fitted<LatentTiles> decode_tiles(const Kernel& k, std::int64_t keys, const Backend& be) {
   LatentTiles t;
   t.tokens = clamp_tile(k.queries, Kernel::kMaxRows);
   t.heads = clamp_tile(k.heads, Kernel::kMaxRows / t.tokens);
-  t.key_tile = clamp_tile(keys, 8);
-  t.weight_chunk = clamp_tile(k.rank, 8);
+  t.key_tile = clamp_tile(keys, Kernel::kMaxKeys);
+  t.weight_chunk = 1;  // the kernel stages no weights
   auto bytes = [&](const LatentTiles& x) { return k.scratch_bytes(x); };
   auto shrink = [](LatentTiles& x) {
     if (x.key_tile > 4) return (x.key_tile /= 2), true;
     if (x.heads > 1) return (x.heads /= 2), true;
     return false;
   };
-  Backend level0 = be;
-  level0.scratch_max[1] = 0;
-  return fit(t, level0, bytes, shrink, "decode");
+  return fit(t, be, bytes, shrink, "decode");
 }
 
 }  // namespace Impl
