@@ -12,7 +12,9 @@ PyTorch baseline (fp32, TF32 off), on a contiguous cache:
 
   compare_decode.py --bench build/perf_tests/kokkosmla_perf_tests --out perf_tests/results/h200.jsonl --append
 """
-import argparse, json, math, re, subprocess
+import argparse, json, math, re
+
+from compare_torch import benchmark_medians
 
 SHAPES = [(128, tq, h, s) for h in (16, 128) for tq in (1, 2) for s in (4096, 8192)]
 D, R, DR, PAGE = 128, 512, 64, 64
@@ -84,14 +86,8 @@ def run_torch(shapes):
 
 def run_ours(args, shapes):
     flt = "decode/float/(%s)" % "|".join(name(*s) for s in shapes)
-    cmd = [args.bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions,
-           "--benchmark_report_aggregates_only=true", "--benchmark_filter=" + flt]
-    print("+", " ".join(cmd), flush=True)
-    res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
     rows = []
-    for b in res["benchmarks"]:
-        if b.get("aggregate_name") != "median":
-            continue
+    for b in benchmark_medians(args.bench, args.repetitions, flt)[0]:
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", b["run_name"].split("/")[2])[:4])
         r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"))
         r["splits"] = b.get("splits")

@@ -22,15 +22,19 @@ def decompressed_flops(B, T, H, D, R):
     return 4 * B * T * R * H * D + 2 * B * T * T * H * D
 
 
-def run_ours(args):
-    cmd = [args.bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % args.repetitions,
-           "--benchmark_report_aggregates_only=true", "--benchmark_filter=" + args.bench_filter]
+def benchmark_medians(bench, repetitions, bench_filter):
+    """Runs the Google Benchmark binary; returns its median rows and its context."""
+    cmd = [bench, "--benchmark_format=json", "--benchmark_repetitions=%d" % repetitions,
+           "--benchmark_report_aggregates_only=true", "--benchmark_filter=" + bench_filter]
     print("+", " ".join(cmd), flush=True)
     res = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout)
+    return [b for b in res["benchmarks"] if b.get("aggregate_name") == "median"], res.get("context", {})
+
+
+def run_ours(args):
+    medians, context = benchmark_medians(args.bench, args.repetitions, args.bench_filter)
     rows = []
-    for b in res["benchmarks"]:
-        if b.get("aggregate_name") != "median":
-            continue
+    for b in medians:
         _, shape, alg = b["run_name"].split("/")[:3]
         B, T, H, D, R = (int(x) for x in re.findall(r"\d+", shape))
         ms = b["real_time"]  # unit: ms
@@ -38,7 +42,7 @@ def run_ours(args):
                          chosen=b.get("label", ""), backend=args.backend, ms=round(ms, 5),
                          relerr=b.get("relerr"), tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3),
                          workspace_mb=b.get("workspace_MB"), inputs_mb=b.get("inputs_MB")))
-    return rows, res.get("context", {})
+    return rows, context
 
 
 def run_torch(args, shapes):
