@@ -6,6 +6,7 @@
 #include "impl/KokkosMLA_CacheChecks.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <sstream>
 #include <stdexcept>
 
@@ -49,6 +50,8 @@ std::string to_string(const CacheShape& s) {
 namespace Impl {
 
 namespace {
+
+constexpr std::int64_t kMaxExtent = std::int64_t(1) << 30;
 
 [[noreturn]] void fail(const char* caller, const std::string& what) {
   throw std::invalid_argument(std::string(caller) + ": " + what);
@@ -143,14 +146,23 @@ void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse
   if (overlaps(out, lse)) fail(caller, "out aliases " + extents_of(lse));
 }
 
+namespace {
+
+/// Every extent positive and at most 2^30: kernels index tiles and team counts
+/// with int; products of extents use 64 bits.
+void require_extents(const char* caller, std::initializer_list<std::int64_t> extents,
+                     const std::string& shape) {
+  for (std::int64_t x : extents)
+    if (x <= 0) fail(caller, "every extent must be positive: " + shape);
+  for (std::int64_t x : extents)
+    if (x > kMaxExtent) fail(caller, "an extent exceeds 2^30: " + shape);
+}
+
+}  // namespace
+
 void validate_shape(const char* caller, const Shape& s) {
-  const std::int64_t e[] = {s.batch, s.queries, s.keys, s.heads, s.head_dim, s.latent_dim};
-  for (std::int64_t x : e)
-    if (x <= 0) fail(caller, "every extent must be positive: " + to_string(s));
+  require_extents(caller, {s.batch, s.queries, s.keys, s.heads, s.head_dim, s.latent_dim}, to_string(s));
   if (s.keys < s.queries) fail(caller, "keys < queries: " + to_string(s));
-  // Kernels index tiles and team counts with int; products of extents use 64 bits.
-  for (std::int64_t x : e)
-    if (x > std::int64_t(1) << 30) fail(caller, "an extent exceeds 2^30: " + to_string(s));
 }
 
 void validate_options(const char* caller, const Options& opt) {
@@ -275,13 +287,10 @@ std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, 
 }
 
 void validate_cache_shape(const char* caller, const CacheShape& s) {
-  const std::int64_t e[] = {s.batch, s.queries, s.heads, s.head_dim, s.latent_dim, s.capacity};
-  for (std::int64_t x : e)
-    if (x <= 0) fail(caller, "every extent must be positive: " + to_string(s));
+  require_extents(caller, {s.batch, s.queries, s.heads, s.head_dim, s.latent_dim, s.capacity}, to_string(s));
   if (s.rope_dim < 0) fail(caller, "rope_dim < 0: " + to_string(s));
+  if (s.rope_dim > kMaxExtent) fail(caller, "an extent exceeds 2^30: " + to_string(s));
   if (s.capacity < s.queries) fail(caller, "capacity < queries: " + to_string(s));
-  for (std::int64_t x : {s.batch, s.queries, s.heads, s.head_dim, s.latent_dim, s.rope_dim, s.capacity})
-    if (x > std::int64_t(1) << 30) fail(caller, "an extent exceeds 2^30: " + to_string(s));
 }
 
 void require_same_cache_shape(const char* caller, const CacheShape& planned, const CacheShape& given) {
