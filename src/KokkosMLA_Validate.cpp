@@ -177,16 +177,15 @@ void require_same_shape(const char* caller, const Shape& planned, const Shape& g
 
 namespace {
 
-/// The cache arrays against each other and the batch; returns (page size, capacity, pages).
-struct CacheExtents {
-  std::int64_t width, page_size, capacity;
-};
-CacheExtents validate_cache_storage(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
-                                    const ArgInfo& block_table, const ArgInfo& seqlens,
-                                    const ArgInfo& batch_of, std::int64_t rope_dim) {
+/// The cache arrays against each other and against `tokens`, the (B, T, ...)
+/// argument that brings the new queries or tokens: its batch, and its T within
+/// the capacity (tokens a sequence can hold). Returns the capacity.
+std::int64_t validate_cache_storage(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
+                                    const ArgInfo& block_table, const ArgInfo& seqlens, const ArgInfo& tokens,
+                                    std::int64_t rope_dim) {
   require_usable(caller, latent);
   require_usable(caller, seqlens);
-  require_equal(caller, seqlens, 0, batch_of, 0);
+  require_equal(caller, seqlens, 0, tokens, 0);
   if (!absent(k_rope)) {
     require_usable(caller, k_rope);
     if (rope_dim == 0) fail(caller, extents_of(k_rope) + " given, but no RoPE queries (q_rope) or keys");
@@ -195,13 +194,17 @@ CacheExtents validate_cache_storage(const char* caller, const ArgInfo& latent, c
   }
   std::int64_t per_sequence = 1;
   if (absent(block_table)) {
-    require_equal(caller, latent, 0, batch_of, 0);
+    require_equal(caller, latent, 0, tokens, 0);
   } else {
     require_usable(caller, block_table);
-    require_equal(caller, block_table, 0, batch_of, 0);
+    require_equal(caller, block_table, 0, tokens, 0);
     per_sequence = block_table.extent[1];
   }
-  return {latent.extent[2], latent.extent[1], per_sequence * latent.extent[1]};
+  const std::int64_t capacity = per_sequence * latent.extent[1];
+  if (capacity < tokens.extent[1])
+    fail(caller, "the cache holds at most " + std::to_string(capacity) + " tokens per sequence but " +
+                     tokens.name + ".extent(1) = " + std::to_string(tokens.extent[1]));
+  return capacity;
 }
 
 /// latent is R wide, or R + Dr wide in the packed layout (no separate k_rope).
@@ -232,16 +235,13 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
     rope_dim = a.q_rope.extent[3];
     if (!absent(a.k_rope)) require_equal(caller, a.k_rope, 2, a.q_rope, 3);
   }
-  const CacheExtents c =
+  const std::int64_t capacity =
       validate_cache_storage(caller, a.latent, a.k_rope, a.block_table, a.seqlens, a.q, rope_dim);
   require_latent_width(caller, a.latent, a.k_rope, a.w_uk.extent[0], rope_dim, "w_uk.extent(0)");
   if (!absent(a.lse)) {
     require_usable(caller, a.lse);
     for (int i = 0; i < 3; ++i) require_equal(caller, a.lse, i, a.q, i);
   }
-  if (c.capacity < a.q.extent[1])
-    fail(caller, "the cache holds at most " + std::to_string(c.capacity) +
-                     " tokens per sequence but q.extent(1) = " + std::to_string(a.q.extent[1]) + " queries");
   for (const ArgInfo* result : {&a.out, &a.lse})
     for (const ArgInfo* x :
          {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table, &a.seqlens})
@@ -254,7 +254,7 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
   s.head_dim = a.q.extent[3];
   s.latent_dim = a.w_uk.extent[0];
   s.rope_dim = rope_dim;
-  s.capacity = c.capacity;
+  s.capacity = capacity;
   validate_cache_shape(caller, s);
   return s;
 }
@@ -273,13 +273,8 @@ std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, 
   } else if (!absent(k_rope)) {
     fail(caller, "the cache has " + extents_of(k_rope) + " but new_k_rope is empty");
   }
-  const CacheExtents c =
-      validate_cache_storage(caller, latent, k_rope, block_table, seqlens, new_latent, rope_dim);
+  validate_cache_storage(caller, latent, k_rope, block_table, seqlens, new_latent, rope_dim);
   require_latent_width(caller, latent, k_rope, new_latent.extent[2], rope_dim, "new_latent.extent(2)");
-  if (c.capacity < new_latent.extent[1])
-    fail(caller,
-         "the cache holds at most " + std::to_string(c.capacity) +
-             " tokens per sequence but new_latent.extent(1) = " + std::to_string(new_latent.extent[1]));
   for (const ArgInfo* x : {&new_latent, &new_k_rope, &block_table, &seqlens})
     for (const ArgInfo* cache : {&latent, &k_rope})
       if (overlaps(*cache, *x)) fail(caller, std::string(cache->name) + " aliases " + extents_of(*x));
