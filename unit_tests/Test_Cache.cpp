@@ -290,7 +290,7 @@ TYPED_TEST(Cache, CustomScaleAndFreeFunction) {
   Options opt;
   opt.scale = 0.21;
   cache_attention(Space(), a, opt);
-  EXPECT_TRUE(close(Problem<T>::host_copy(a.out), l.reference(opt), tolerance<T>(), shape_of(c)));
+  expect_matches_reference(l, a, opt);
 }
 
 /// The same pages in another order, or no pages at all, give the same bits.
