@@ -47,26 +47,35 @@ void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t
                             std::int64_t table_ld, std::int64_t page_size, std::int64_t pages,
                             std::int64_t min_length, std::int64_t capacity);
 
-/// Reads seqlens and the block table on the host (copying them from device
-/// memory, which waits for exec) and checks them as above.
+/// Reads seqlens and the block table on the host (in place when the host can
+/// reach them, else through labelled host copies) after waiting for exec, and
+/// checks them as above.
 template <class ExecSpace, class Cache>
 void check_cache_indices(const char* caller, const ExecSpace& exec, const Cache& cache,
                          std::int64_t min_length) {
-  using HostInts1 = Kokkos::View<int*, Kokkos::HostSpace>;
-  using HostInts2 = Kokkos::View<int**, Kokkos::LayoutRight, Kokkos::HostSpace>;
-  HostInts1 lengths(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::seqlens"),
-                    cache.seqlens.extent(0));
-  HostInts2 table(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::block_table"),
-                  cache.block_table.extent(0), cache.block_table.extent(1));
+  const bool paged = cache.block_table.size() > 0;
+  const std::int64_t page_size = std::int64_t(cache.latent.extent(1));
+  const std::int64_t per_sequence = paged ? std::int64_t(cache.block_table.extent(1)) : 1;
+  auto check = [&](const int* lengths, const int* table) {
+    validate_cache_indices(caller, lengths, std::int64_t(cache.seqlens.extent(0)), paged ? table : nullptr,
+                           per_sequence, page_size, std::int64_t(cache.latent.extent(0)), min_length,
+                           per_sequence * page_size);
+  };
+  using Memory = typename Cache::Lengths::memory_space;
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+    exec.fence();
+    check(cache.seqlens.data(), cache.block_table.data());
+    return;
+  }
+  Kokkos::View<int*, Kokkos::HostSpace> lengths(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::seqlens"), cache.seqlens.extent(0));
+  Kokkos::View<int**, Kokkos::LayoutRight, Kokkos::HostSpace> table(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::block_table"), cache.block_table.extent(0),
+      cache.block_table.extent(1));
   Kokkos::deep_copy(exec, lengths, cache.seqlens);
   Kokkos::deep_copy(exec, table, cache.block_table);
   exec.fence();
-  const bool paged = cache.block_table.size() > 0;
-  const std::int64_t page_size = std::int64_t(cache.latent.extent(1));
-  const std::int64_t per_sequence = paged ? std::int64_t(table.extent(1)) : 1;
-  validate_cache_indices(caller, lengths.data(), std::int64_t(lengths.extent(0)),
-                         paged ? table.data() : nullptr, per_sequence, page_size,
-                         std::int64_t(cache.latent.extent(0)), min_length, per_sequence * page_size);
+  check(lengths.data(), table.data());
 }
 
 }  // namespace Impl
