@@ -7,6 +7,9 @@
 macro(kokkosmla_find_dependencies)
   find_package(Kokkos REQUIRED)
   find_package(KokkosKernels REQUIRED)
+  if(Kokkos_ENABLE_CUDA)
+    find_package(CUDAToolkit REQUIRED)  # cuBLAS, for 16-bit GEMMs
+  endif()
   if(TARGET trilinos_kokkoscore)
     find_path(KokkosMLA_KOKKOS_INCLUDE_DIR Kokkos_Core.hpp REQUIRED
       HINTS ${Kokkos_INCLUDE_DIRS} ${Kokkos_DIR}/../../../../include

@@ -4,10 +4,12 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <type_traits>
 
 #include <KokkosMLA_Options.hpp>
+#include <KokkosMLA_Precision.hpp>
 
 namespace KokkosMLA {
 
@@ -83,7 +85,8 @@ constexpr bool check_view() {
   static_assert(int(V::rank) == Rank,
                 "KokkosMLA: wrong rank: q and out are rank 4, latent, w_uk, w_uv and lse rank 3");
   static_assert(std::is_same<typename V::non_const_value_type, Scalar>::value,
-                "KokkosMLA: all views must hold the same scalar type (float or double)");
+                "KokkosMLA: q, latent, w_uk, w_uv and out must hold the same scalar type, and lse "
+                "its compute_type (float for half_t and bhalf_t)");
   static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value,
                 "KokkosMLA: views must be LayoutRight (row-major)");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename V::memory_space>::accessible,
@@ -102,7 +105,8 @@ constexpr bool check_views() {
 
 template <class Scalar, class ExecSpace, class Q, class L, class WK, class WV, class O, class LS>
 constexpr bool check_views() {
-  return check_views<Scalar, ExecSpace, Q, L, WK, WV, O>() && check_view<Scalar, ExecSpace, LS, 3, true>();
+  return check_views<Scalar, ExecSpace, Q, L, WK, WV, O>() &&
+         check_view<compute_type<Scalar>, ExecSpace, LS, 3, true>();
 }
 
 template <class Q, class L, class WK, class WV, class O>
@@ -130,13 +134,21 @@ Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Opti
 
 /// A problem shape bound to an execution space: chooses the algorithm and tiles
 /// once and owns the workspace, so that execute() allocates nothing.
-/// Instances exist for float and double on Kokkos::DefaultExecutionSpace and
+/// Instances exist for float, double and, where Kokkos has them, half_t and
+/// bhalf_t (KokkosMLA_Precision.hpp) on Kokkos::DefaultExecutionSpace and
 /// Kokkos::DefaultHostExecutionSpace. A Plan's workspace is shared by its
 /// executions: run concurrent executions on separate Plans.
+///
+/// 16-bit Scalars take the tensor-core path on CUDA GPUs of compute
+/// capability 8.0 and newer (Decompressed, head_dim 64 or 128: K and V by
+/// cuBLAS in fp32 accumulation, rounded to Scalar, then an mma.sync flash
+/// kernel); every other case widens the inputs to float, runs a float plan and
+/// rounds out to Scalar.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class Plan {
-  static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
-                "KokkosMLA::Plan: Scalar must be float or double");
+  static_assert(is_supported_scalar<Scalar>,
+                "KokkosMLA::Plan: Scalar must be float, double, or a 16-bit type of "
+                "KokkosMLA_Precision.hpp that this Kokkos has");
   static_assert(Impl::is_supported_space<ExecSpace>,
                 "KokkosMLA::Plan: ExecSpace must be Kokkos::DefaultExecutionSpace or "
                 "Kokkos::DefaultHostExecutionSpace");
@@ -166,8 +178,8 @@ class Plan {
         nullptr);
   }
 
-  /// As above, and also lse (B, T, H): the natural log of each softmax
-  /// denominator, sum over visible keys s of exp(scale * q . k_s). With it,
+  /// As above, and also lse (B, T, H) of compute_type<Scalar>: the natural log
+  /// of each softmax denominator, sum over visible keys s of exp(scale * q . k_s). With it,
   /// results over disjoint key sets combine by merge_states().
   template <class Q, class L, class WK, class WV, class O, class LS>
   void execute(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
@@ -187,20 +199,34 @@ class Plan {
   const Shape& shape() const { return shape_; }
   const Options& options() const { return options_; }
   double scale() const { return scale_; }
-  std::size_t workspace_bytes() const { return workspace_.span() * sizeof(Scalar); }
+  /// Bytes this plan holds for its executions (a widened plan's included).
+  std::size_t workspace_bytes() const;
   /// One line: algorithm, team size, tiles and scratch, for logs.
   std::string describe() const;
 
  private:
   void run(const ExecSpace& exec, const typename views::ConstRank4& q,
            const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-           const typename views::ConstRank3& w_uv, const typename views::Rank4& out, Scalar* lse) const;
+           const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
+           compute_type<Scalar>* lse) const;
+  void run_widened(const ExecSpace& exec, const typename views::ConstRank4& q,
+                   const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
+                   const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
+                   float* lse) const;
+  void run_native(const ExecSpace& exec, const typename views::ConstRank4& q,
+                  const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
+                  const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
+                  Scalar* lse) const;
 
   Shape shape_;
   Options options_;
   double scale_ = 1;
   Impl::LaunchConfig config_;
   Kokkos::View<Scalar*, memory_space> workspace_;
+  /// A 16-bit plan off the tensor-core path: a float plan and float copies of
+  /// the arguments (defined in the implementation).
+  struct Widened;
+  std::shared_ptr<const Widened> widened_;
 };
 
 /// out = causal multi-head latent attention of q over latent with the
@@ -240,11 +266,22 @@ void attention(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, cons
   attention(typename O::execution_space(), q, latent, w_uk, w_uv, out, opt);
 }
 
-#define KOKKOSMLA_DECLARE_INSTANCES(SPACE)                                                              \
-  extern template class Plan<float, SPACE>;                                                             \
-  extern template class Plan<double, SPACE>;                                                            \
-  extern template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
-  extern template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
+#define KOKKOSMLA_DECLARE_INSTANCE(SCALAR, SPACE) \
+  extern template class Plan<SCALAR, SPACE>;      \
+  extern template Algorithm choose_algorithm<SCALAR, SPACE>(const SPACE&, const Shape&, const Options&);
+#if KOKKOSMLA_HAS_HALF
+#define KOKKOSMLA_DECLARE_HALF(SPACE) KOKKOSMLA_DECLARE_INSTANCE(Kokkos::Experimental::half_t, SPACE)
+#else
+#define KOKKOSMLA_DECLARE_HALF(SPACE)
+#endif
+#if KOKKOSMLA_HAS_BHALF
+#define KOKKOSMLA_DECLARE_BHALF(SPACE) KOKKOSMLA_DECLARE_INSTANCE(Kokkos::Experimental::bhalf_t, SPACE)
+#else
+#define KOKKOSMLA_DECLARE_BHALF(SPACE)
+#endif
+#define KOKKOSMLA_DECLARE_INSTANCES(SPACE) \
+  KOKKOSMLA_DECLARE_INSTANCE(float, SPACE) \
+  KOKKOSMLA_DECLARE_INSTANCE(double, SPACE) KOKKOSMLA_DECLARE_HALF(SPACE) KOKKOSMLA_DECLARE_BHALF(SPACE)
 KOKKOSMLA_DECLARE_INSTANCES(Kokkos::DefaultExecutionSpace)
 // A device backend makes the host space a distinct type with its own instances.
 #if defined(KOKKOS_ENABLE_CUDA) || defined(KOKKOS_ENABLE_HIP) || defined(KOKKOS_ENABLE_SYCL) || \

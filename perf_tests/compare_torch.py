@@ -3,19 +3,53 @@
 machine and writes one JSON object per line: shape [B,T,H,D,R], dtype, impl,
 backend, ms (median), relerr (against float64), device, plus achieved TFLOP/s.
 
-PyTorch baseline (fp32, TF32 off): K and V decompressed with einsum, then
-scaled_dot_product_attention(is_causal=True); timed with triton's do_bench
-(median) on the GPU, or the median of repeated wall-clock runs on the CPU.
+PyTorch baseline (TF32 off), in the same dtype as ours: K and V decompressed
+with einsum, then scaled_dot_product_attention(is_causal=True) (FlashAttention
+or cuDNN for bf16/fp16); timed with triton's do_bench (median) on the GPU, or
+the median of repeated wall-clock runs on the CPU. Both sides fill the inputs
+with the same hash values (unit_tests/HashFill.hpp), so relerr (against a
+float64 computation on the same rounded inputs) compares like with like.
 
   compare_torch.py --bench build/perf_tests/kokkosmla_perf_tests --backend cuda --out perf_tests/results/h200.jsonl
   compare_torch.py --bench build-omp/perf_tests/kokkosmla_perf_tests --backend openmp --torch-device cpu \
       --filter 'B4_T1024|B1_T4096_H16' --append --out perf_tests/results/h200.jsonl
+  compare_torch.py --bench build/perf_tests/kokkosmla_perf_tests --backend cuda --dtype bfloat16 \
+      --algorithms Auto --filter 'B1_T4096' --append --out perf_tests/results/h200.jsonl
 """
 import argparse, json, math, re, subprocess, sys, time
 
 SHAPES = [(2, 32, 4, 16, 24), (4, 1024, 16, 64, 256), (1, 4096, 16, 128, 512), (1, 4096, 128, 128, 512),
           (1, 1024, 16, 128, 512), (1, 2048, 16, 128, 512), (1, 8192, 16, 128, 512),
           (1, 16384, 16, 128, 512), (1, 32768, 16, 128, 512)]
+
+
+# Benchmark name prefix of each dtype in kokkosmla_perf_tests.
+BENCH_TYPE = {"float32": "float", "bfloat16": "bf16", "float16": "fp16"}
+
+
+def hash_fill(torch, n, seed, scale, device):
+    """unit_tests/HashFill.hpp's values in float64: a splitmix-style hash of the
+    index, with uint64 arithmetic done in int64 (wrapping; logical shifts masked)."""
+    def shr(x, k):
+        return (x >> k) & ((1 << (64 - k)) - 1)
+    def wrap(c):
+        return c - (1 << 64) if c >= (1 << 63) else c
+    x = (torch.arange(n, dtype=torch.int64, device=device) + 1) * wrap(0x9E3779B97F4A7C15)
+    x = x ^ wrap(seed << 32)
+    x = x ^ shr(x, 31)
+    x = x * wrap(0xBF58476D1CE4E5B9)
+    x = x ^ shr(x, 29)
+    return scale * (shr(x, 11).double() * (2.0 / 9007199254740992.0) - 1.0)
+
+
+def hash_value(i, seed, scale):
+    """One value of hash_fill in plain integers, to check the tensor version."""
+    m = (1 << 64) - 1
+    x = ((i + 1) * 0x9E3779B97F4A7C15 & m) ^ (seed << 32)
+    x ^= x >> 31
+    x = x * 0xBF58476D1CE4E5B9 & m
+    x ^= x >> 29
+    return scale * ((x >> 11) * (2.0 / 9007199254740992.0) - 1.0)
 
 
 def decompressed_flops(B, T, H, D, R):
@@ -38,7 +72,7 @@ def run_ours(args):
         _, shape, alg = b["run_name"].split("/")[:3]
         B, T, H, D, R = (int(x) for x in re.findall(r"\d+", shape))
         ms = b["real_time"]  # unit: ms
-        rows.append(dict(shape=[B, T, H, D, R], dtype="float32", impl="kokkosmla-" + alg.lower(),
+        rows.append(dict(shape=[B, T, H, D, R], dtype=args.dtype, impl="kokkosmla-" + alg.lower(),
                          chosen=b.get("label", ""), backend=args.backend, ms=round(ms, 5),
                          relerr=b.get("relerr"), tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3),
                          workspace_mb=b.get("workspace_MB"), inputs_mb=b.get("inputs_MB")))
@@ -54,13 +88,14 @@ def run_torch(args, shapes):
     if dev == "cpu":
         torch.set_num_threads(args.threads)
 
+    dtype = getattr(torch, args.dtype)
+    assert hash_fill(torch, 64, 3, 0.5, dev).tolist() == [hash_value(i, 3, 0.5) for i in range(64)]
+
     def make(B, T, H, D, R):
-        g = torch.Generator(device=dev).manual_seed(0)
-        q = torch.randn(B, T, H, D, device=dev, generator=g)
-        lat = torch.randn(B, T, R, device=dev, generator=g)
-        wk = torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)
-        wv = torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)
-        return q, lat, wk, wv
+        # The benchmark's fills: q seed 1, latent 2, w_uk 3, w_uv 4 (perf_tests/main.cpp).
+        fill = lambda shape, seed, scale: hash_fill(torch, math.prod(shape), seed, scale, dev).view(shape).to(dtype)
+        return (fill((B, T, H, D), 1, 1.0), fill((B, T, R), 2, 1.0), fill((R, H, D), 3, 1 / math.sqrt(R)),
+                fill((R, H, D), 4, 1 / math.sqrt(R)))
 
     def decompress_sdpa(q, lat, wk, wv):
         k = torch.einsum("btr,rhd->bhtd", lat, wk)
@@ -89,7 +124,7 @@ def run_torch(args, shapes):
         if dev == "cuda":
             torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
         ms = median_ms(lambda: decompress_sdpa(q, lat, wk, wv))
-        row = dict(shape=[B, T, H, D, R], dtype="float32", impl="torch-decompress-sdpa",
+        row = dict(shape=[B, T, H, D, R], dtype=args.dtype, impl="torch-decompress-sdpa",
                    backend="torch-cuda" if dev == "cuda" else "torch-cpu", ms=round(ms, 5), relerr=err,
                    tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3))
         if dev == "cuda":
@@ -120,6 +155,7 @@ def main():
     p.add_argument("--cpu-runs", type=int, default=5)
     p.add_argument("--filter", default="", help="regex on B..._T..._H..._D..._R... names")
     p.add_argument("--algorithms", default="Auto|Fused|Decompressed|Absorbed")
+    p.add_argument("--dtype", default="float32", choices=sorted(BENCH_TYPE))
     p.add_argument("--repetitions", type=int, default=5)
     p.add_argument("--device", default="")
     p.add_argument("--out", required=True)
@@ -127,7 +163,8 @@ def main():
     args = p.parse_args()
     name = lambda s: "B%d_T%d_H%d_D%d_R%d" % s
     shapes = [s for s in SHAPES if re.search(args.filter, name(s))]
-    args.bench_filter = "float/(%s)/(%s)/" % ("|".join(name(s) for s in shapes), args.algorithms)
+    args.bench_filter = "^%s/(%s)/(%s)/" % (BENCH_TYPE[args.dtype], "|".join(name(s) for s in shapes),
+                                           args.algorithms)
     # Ours first: PyTorch's CPU thread pool keeps spinning after its runs and
     # would compete with the benchmark's OpenMP threads (8-10x slower).
     ours, context = run_ours(args)

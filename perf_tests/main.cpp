@@ -162,9 +162,11 @@ std::string shape_name(const Shape& s) {
 }
 
 template <class T>
-void register_all(const char* type) {
+void register_all(const char* type,
+                  std::initializer_list<Algorithm> algorithms = {Algorithm::Auto, Algorithm::Fused,
+                                                                 Algorithm::Decompressed, Algorithm::Absorbed}) {
   for (const Shape& s : shapes())
-    for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    for (Algorithm a : algorithms) {
       const std::string name = std::string(type) + "/" + shape_name(s) + "/" + to_string(a);
       benchmark::RegisterBenchmark(name.c_str(), [s, a](benchmark::State& st) { run<T>(st, s, a); })
           ->UseManualTime()
@@ -311,6 +313,14 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("git_hash", KOKKOSMLA_GIT_HASH);
     benchmark::AddCustomContext("kokkos_configuration", config.str());
     KokkosMLA::Bench::register_all<float>("float");
+    // 16-bit types where this Kokkos has them; Auto is the tensor-core path
+    // on CUDA (the explicit algorithms would run through a float plan).
+#if KOKKOSMLA_HAS_BHALF
+    KokkosMLA::Bench::register_all<Kokkos::Experimental::bhalf_t>("bf16", {KokkosMLA::Algorithm::Auto});
+#endif
+#if KOKKOSMLA_HAS_HALF
+    KokkosMLA::Bench::register_all<Kokkos::Experimental::half_t>("fp16", {KokkosMLA::Algorithm::Auto});
+#endif
     KokkosMLA::Bench::register_decode<float>("float");
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();

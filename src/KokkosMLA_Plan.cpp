@@ -4,6 +4,8 @@
 
 #include "impl/KokkosMLA_CostModel.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_TensorGemm.hpp"
+#include "impl/KokkosMLA_Widen.hpp"
 
 #include <climits>
 #include <cmath>
@@ -152,15 +154,84 @@ LatentKernel<ExecSpace, T, Step> bound_latent_kernel(const Shape& s, const Launc
   return k;
 }
 
+/// Whether a Plan<Scalar, ExecSpace> takes the tensor-core path: 16-bit types
+/// on a CUDA build for compute capability 8.0 or newer, the Decompressed
+/// algorithm (Auto picks it: the others would attend over the latent width
+/// on the portable kernels), and a head dimension the kernel is built for.
+template <class Scalar, class ExecSpace>
+bool tensor_path(const Shape& s, const Options& opt) {
+#ifdef KOKKOSMLA_TENSOR_CORES
+  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value && is_half_precision<Scalar>::value)
+    return (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
+           (s.head_dim == 64 || s.head_dim == 128);
+#endif
+  (void)s, (void)opt;
+  return false;
+}
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+template <class T, int D>
+void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
+                         const T* k, const T* v, T* out, float* lse) {
+  using Kernel = FlashTensorKernel<T, D>;
+  const Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal, 0};
+  launch(exec, "KokkosMLA::Decompressed::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
+         typename Kernel::bounds());
+}
+
+/// K and V by cuBLAS into the workspace, then the tensor-core flash kernel.
+template <class T>
+void run_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
+                const T* latent, const T* w_uk, const T* w_uv, T* out, float* lse, T* workspace) {
+  // The kernel reads q and writes out in pairs of elements.
+  for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(out)})
+    if (reinterpret_cast<std::uintptr_t>(p) % 4 != 0)
+      throw std::invalid_argument(std::string("KokkosMLA::Plan::execute: ") + (p == q ? "q" : "out") +
+                                  "'s data must be 4-byte aligned for the tensor-core path");
+  const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+  T* k = workspace;
+  T* v = workspace + rows * cols;
+  Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
+  tensor_gemm(exec, rows, cols, s.latent_dim, latent, w_uk, k);
+  tensor_gemm(exec, rows, cols, s.latent_dim, latent, w_uv, v);
+  Kokkos::Profiling::popRegion();
+  if (s.head_dim == 64)
+    launch_flash_tensor<T, 64>(exec, s, scale, causal, q, k, v, out, lse);
+  else
+    launch_flash_tensor<T, 128>(exec, s, scale, causal, q, k, v, out, lse);
+}
+#endif
+
 }  // namespace
 
 }  // namespace Impl
+
+/// A 16-bit plan off the tensor-core path: the float plan it runs and float
+/// copies of q, latent, w_uk, w_uv and out, in that order.
+template <class Scalar, class ExecSpace>
+struct Plan<Scalar, ExecSpace>::Widened {
+  Plan<float, ExecSpace> plan;
+  Kokkos::View<float*, memory_space> buffer;
+
+  Widened(const ExecSpace& exec, const Shape& s, Options opt) : plan(exec, s, (opt.verbose = false, opt)) {
+    const std::int64_t q = s.batch * s.queries * s.heads * s.head_dim;
+    const std::int64_t weights = 2 * s.latent_dim * s.heads * s.head_dim;
+    buffer = Kokkos::View<float*, memory_space>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::Plan::widened"),
+        2 * q + s.batch * s.keys * s.latent_dim + weights);
+  }
+};
 
 template <class Scalar, class ExecSpace>
 Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Options& opt) {
   Impl::validate_shape("KokkosMLA::choose_algorithm", shape);
   if (opt.algorithm != Algorithm::Auto) return opt.algorithm;
-  return Impl::cheapest(Impl::cost_inputs<ExecSpace, Scalar>(exec, shape, opt));
+  if constexpr (is_half_precision<Scalar>::value) {
+    if (Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) return Algorithm::Decompressed;
+    return choose_algorithm<float, ExecSpace>(exec, shape, opt);
+  } else {
+    return Impl::cheapest(Impl::cost_inputs<ExecSpace, Scalar>(exec, shape, opt));
+  }
 }
 
 template <class Scalar, class ExecSpace>
@@ -170,12 +241,29 @@ Plan<Scalar, ExecSpace>::Plan(const ExecSpace& exec, const Shape& shape, const O
   Impl::validate_shape(caller, shape);
   Impl::validate_options(caller, opt);
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim));
-  config_ = Impl::plan_launch<ExecSpace, Scalar>(exec, shape, opt);
   std::int64_t elements = 0;
-  if (config_.algorithm == Algorithm::Decompressed)
-    elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
-  if (config_.algorithm == Algorithm::Absorbed)
-    elements = shape.batch * shape.queries * shape.heads * shape.latent_dim;  // qa, then oa
+  if constexpr (is_half_precision<Scalar>::value) {
+    if (!Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) {
+      widened_ = std::make_shared<const Widened>(exec, shape, opt);
+      config_.algorithm = widened_->plan.algorithm();
+    } else {
+      config_.algorithm = Algorithm::Decompressed;
+      config_.flash_variant = int(Impl::FlashVariant::Tensor);
+      config_.team_size = 128;
+      config_.query_tile = 64;
+      config_.key_tile = 64;
+      config_.scratch_bytes = 2 * 64 * std::size_t(shape.head_dim + 8) * sizeof(Scalar);
+      elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
+    }
+  } else {
+    config_ = Impl::plan_launch<ExecSpace, Scalar>(exec, shape, opt);
+  }
+  if (!widened_ && elements == 0) {
+    if (config_.algorithm == Algorithm::Decompressed)
+      elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
+    if (config_.algorithm == Algorithm::Absorbed)
+      elements = shape.batch * shape.queries * shape.heads * shape.latent_dim;  // qa, then oa
+  }
   if (elements > 0)
     workspace_ = Kokkos::View<Scalar*, memory_space>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::Plan::workspace"), elements);
@@ -183,8 +271,20 @@ Plan<Scalar, ExecSpace>::Plan(const ExecSpace& exec, const Shape& shape, const O
 }
 
 template <class Scalar, class ExecSpace>
+std::size_t Plan<Scalar, ExecSpace>::workspace_bytes() const {
+  std::size_t bytes = workspace_.span() * sizeof(Scalar);
+  if (widened_) bytes += widened_->buffer.span() * sizeof(float) + widened_->plan.workspace_bytes();
+  return bytes;
+}
+
+template <class Scalar, class ExecSpace>
 std::string Plan<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
+  o << Impl::scalar_name<Scalar>() << " ";
+  if (widened_) {
+    o << "widened to " << widened_->plan.describe();
+    return o.str();
+  }
   o << to_string(shape_) << " " << ExecSpace::name() << " algorithm=" << to_string(config_.algorithm)
     << " team_size=" << config_.team_size << " query_tile=" << config_.query_tile;
   if (config_.algorithm != Algorithm::Decompressed)
@@ -201,64 +301,132 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
                                   const typename views::ConstRank3& latent,
                                   const typename views::ConstRank3& w_uk,
                                   const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-                                  Scalar* lse) const {
-  using namespace Impl;
-  const Shape& s = shape_;
-  const Scalar scale = Scalar(scale_);
-  const bool causal = options_.causal;
-  Scalar* ws = workspace_.data();
-  switch (config_.algorithm) {
-    case Algorithm::Auto:
-    case Algorithm::Fused:
-      launch_tiled(exec, "KokkosMLA::Fused",
-                   bound_latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
-                       s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
-                       out.data(), lse, nullptr),
-                   config_);
-      break;
-    case Algorithm::Absorbed: {
-      // Only the attend step has the softmax state, so only it writes lse.
-      auto args = [&](auto step) {
-        constexpr LatentStep step_value = decltype(step)::value;
-        return bound_latent_kernel<ExecSpace, Scalar, step_value>(
-            s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(),
-            step_value == LatentStep::Attend ? lse : nullptr, ws);
-      };
-      using Step = LatentStep;
-      launch_tiled(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()),
-                   config_);
-      launch_tiled(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()),
-                   config_);
-      launch_tiled(exec, "KokkosMLA::Absorbed::up_project",
-                   args(std::integral_constant<Step, Step::UpProject>()), config_);
-      break;
-    }
-    case Algorithm::Decompressed: {
-      using Matrix =
-          Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-      using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, memory_space,
-                                       Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-      // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
-      // their product is K as (B, S, H, D), one GEMM for all heads.
-      const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
-      const ConstMatrix lat(latent.data(), rows, s.latent_dim);
-      const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
-      // Kokkos Kernels names its own kernels; the region tells tools they belong to this library.
-      Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-      Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
-      Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
-      Kokkos::Profiling::popRegion();
-      launch_flash(exec, s, config_, scale, causal, q.data(), k.data(), v.data(), out.data(), lse);
-      break;
-    }
+                                  compute_type<Scalar>* lse) const {
+  if constexpr (is_half_precision<Scalar>::value) {
+    if (widened_) run_widened(exec, q, latent, w_uk, w_uv, out, lse);
+#ifdef KOKKOSMLA_TENSOR_CORES
+    else if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value)
+      Impl::run_tensor(exec, shape_, float(scale_), options_.causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
+                 out.data(), lse, workspace_.data());
+#endif
+  } else {
+    run_native(exec, q, latent, w_uk, w_uv, out, lse);
   }
 }
 
-#define KOKKOSMLA_INSTANTIATE(SPACE)                                                             \
-  template class Plan<float, SPACE>;                                                             \
-  template class Plan<double, SPACE>;                                                            \
-  template Algorithm choose_algorithm<float, SPACE>(const SPACE&, const Shape&, const Options&); \
-  template Algorithm choose_algorithm<double, SPACE>(const SPACE&, const Shape&, const Options&);
+template <class Scalar, class ExecSpace>
+void Plan<Scalar, ExecSpace>::run_widened(const ExecSpace& exec, const typename views::ConstRank4& q,
+                                          const typename views::ConstRank3& latent,
+                                          const typename views::ConstRank3& w_uk,
+                                          const typename views::ConstRank3& w_uv,
+                                          const typename views::Rank4& out, float* lse) const {
+  if constexpr (is_half_precision<Scalar>::value) {
+    using Float = Impl::ViewTypes<float, memory_space>;
+    const Shape& s = shape_;
+    float* at = widened_->buffer.data();
+    auto widen = [&](const auto& v) {
+      float* wide = at;
+      Impl::convert(exec, "KokkosMLA::widen", v.data(), wide, std::int64_t(v.size()));
+      at += v.size();
+      return wide;
+    };
+    const typename Float::ConstRank4 qw(widen(q), s.batch, s.queries, s.heads, s.head_dim);
+    const typename Float::ConstRank3 lw(widen(latent), s.batch, s.keys, s.latent_dim);
+    const typename Float::ConstRank3 kw(widen(w_uk), s.latent_dim, s.heads, s.head_dim);
+    const typename Float::ConstRank3 vw(widen(w_uv), s.latent_dim, s.heads, s.head_dim);
+    const typename Float::Rank4 ow(at, s.batch, s.queries, s.heads, s.head_dim);
+    if (lse)
+      widened_->plan.execute(
+          exec, qw, lw, kw, vw, ow,
+          Kokkos::View<float***, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
+              lse, s.batch, s.queries, s.heads));
+    else
+      widened_->plan.execute(exec, qw, lw, kw, vw, ow);
+    Impl::convert(exec, "KokkosMLA::narrow", ow.data(), out.data(), std::int64_t(out.size()));
+  } else {
+    (void)exec, (void)q, (void)latent, (void)w_uk, (void)w_uv, (void)out, (void)lse;
+  }
+}
+
+template <class Scalar, class ExecSpace>
+void Plan<Scalar, ExecSpace>::run_native(const ExecSpace& exec, const typename views::ConstRank4& q,
+                                         const typename views::ConstRank3& latent,
+                                         const typename views::ConstRank3& w_uk,
+                                         const typename views::ConstRank3& w_uv,
+                                         const typename views::Rank4& out, Scalar* lse) const {
+  if constexpr (!is_half_precision<Scalar>::value) {
+    using namespace Impl;
+    const Shape& s = shape_;
+    const Scalar scale = Scalar(scale_);
+    const bool causal = options_.causal;
+    Scalar* ws = workspace_.data();
+    switch (config_.algorithm) {
+      case Algorithm::Auto:
+      case Algorithm::Fused:
+        launch_tiled(exec, "KokkosMLA::Fused",
+                     bound_latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(
+                         s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
+                         out.data(), lse, nullptr),
+                     config_);
+        break;
+      case Algorithm::Absorbed: {
+        // Only the attend step has the softmax state, so only it writes lse.
+        auto args = [&](auto step) {
+          constexpr LatentStep step_value = decltype(step)::value;
+          return bound_latent_kernel<ExecSpace, Scalar, step_value>(
+              s, config_, scale, causal, q.data(), latent.data(), w_uk.data(), w_uv.data(), out.data(),
+              step_value == LatentStep::Attend ? lse : nullptr, ws);
+        };
+        using Step = LatentStep;
+        launch_tiled(exec, "KokkosMLA::Absorbed::absorb", args(std::integral_constant<Step, Step::Absorb>()),
+                     config_);
+        launch_tiled(exec, "KokkosMLA::Absorbed::attend", args(std::integral_constant<Step, Step::Attend>()),
+                     config_);
+        launch_tiled(exec, "KokkosMLA::Absorbed::up_project",
+                     args(std::integral_constant<Step, Step::UpProject>()), config_);
+        break;
+      }
+      case Algorithm::Decompressed: {
+        using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, memory_space,
+                                    Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+        using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, memory_space,
+                                         Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+        // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
+        // their product is K as (B, S, H, D), one GEMM for all heads.
+        const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+        const ConstMatrix lat(latent.data(), rows, s.latent_dim);
+        const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
+        // Kokkos Kernels names its own kernels; the region tells tools they belong to this library.
+        Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
+        Impl::gemm(exec, lat, ConstMatrix(w_uk.data(), s.latent_dim, cols), k);
+        Impl::gemm(exec, lat, ConstMatrix(w_uv.data(), s.latent_dim, cols), v);
+        Kokkos::Profiling::popRegion();
+        launch_flash(exec, s, config_, scale, causal, q.data(), k.data(), v.data(), out.data(), lse);
+        break;
+      }
+    }
+  } else {
+    (void)exec, (void)q, (void)latent, (void)w_uk, (void)w_uv, (void)out, (void)lse;
+  }
+}
+
+#define KOKKOSMLA_INSTANTIATE_ONE(SCALAR, SPACE) \
+  template class Plan<SCALAR, SPACE>;            \
+  template Algorithm choose_algorithm<SCALAR, SPACE>(const SPACE&, const Shape&, const Options&);
+#if KOKKOSMLA_HAS_HALF
+#define KOKKOSMLA_INSTANTIATE_HALF(SPACE) KOKKOSMLA_INSTANTIATE_ONE(Kokkos::Experimental::half_t, SPACE)
+#else
+#define KOKKOSMLA_INSTANTIATE_HALF(SPACE)
+#endif
+#if KOKKOSMLA_HAS_BHALF
+#define KOKKOSMLA_INSTANTIATE_BHALF(SPACE) KOKKOSMLA_INSTANTIATE_ONE(Kokkos::Experimental::bhalf_t, SPACE)
+#else
+#define KOKKOSMLA_INSTANTIATE_BHALF(SPACE)
+#endif
+#define KOKKOSMLA_INSTANTIATE(SPACE)                                         \
+  KOKKOSMLA_INSTANTIATE_ONE(float, SPACE)                                    \
+  KOKKOSMLA_INSTANTIATE_ONE(double, SPACE) KOKKOSMLA_INSTANTIATE_HALF(SPACE) \
+      KOKKOSMLA_INSTANTIATE_BHALF(SPACE)
 KOKKOSMLA_INSTANTIATE(Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
 KOKKOSMLA_INSTANTIATE(Kokkos::DefaultHostExecutionSpace)

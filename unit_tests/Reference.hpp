@@ -80,9 +80,13 @@ struct Problem {
 /// out (B, T, H, D) in double, computed the plain way: decompress K and V, then
 /// a two-pass softmax per query. When lse is given, it receives (B, T, H): the
 /// log of each softmax denominator, max + log(sum of exp(logit - max)).
+/// With `stored`, every value a low-precision implementation keeps in its
+/// storage type passes through it: K and V, the unnormalised probabilities
+/// exp(logit - max) fed to P V, and out; this models a framework's own error.
 template <class T>
 std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
-                              std::vector<double>* lse = nullptr) {
+                              std::vector<double>* lse = nullptr, double (*stored)(double) = nullptr) {
+  auto keep = [stored](double x) { return stored ? stored(x) : x; };
   const Shape& s = p.shape;
   const auto q = Problem<T>::host_copy(p.q), lat = Problem<T>::host_copy(p.latent);
   const auto wk = Problem<T>::host_copy(p.w_uk), wv = Problem<T>::host_copy(p.w_uv);
@@ -97,6 +101,7 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
         v[bs * H * D + hd] += l * wv[r * H * D + hd];
       }
     }
+  for (std::size_t i = 0; stored && i < k.size(); ++i) k[i] = stored(k[i]), v[i] = stored(v[i]);
   std::vector<double> out(B * Tq * H * D, 0.0), logits(S);
   if (lse) lse->assign(B * Tq * H, 0.0);
   for (std::int64_t b = 0; b < B; ++b)
@@ -118,8 +123,10 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
         double* o = &out[((b * Tq + t) * H + h) * D];
         for (std::int64_t j = 0; j <= last; ++j) {
           const double* vr = &v[((b * S + j) * H + h) * D];
-          for (std::int64_t d = 0; d < D; ++d) o[d] += logits[j] / sum * vr[d];
+          const double weight = keep(logits[j]) / sum;
+          for (std::int64_t d = 0; d < D; ++d) o[d] += weight * vr[d];
         }
+        for (std::int64_t d = 0; stored && d < D; ++d) o[d] = stored(o[d]);
       }
   return out;
 }

@@ -84,9 +84,10 @@ Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
   return fit(t, be, bytes, shrink, "flash attention");
 }
 
-/// Which flash kernel runs Decompressed's attention: the portable one, or the
-/// blocked one with one of its register tiles.
-enum class FlashVariant { Portable = 0, Narrow, Wide };
+/// Which flash kernel runs Decompressed's attention: the portable one, the
+/// blocked one with one of its register tiles, or (16-bit types on CUDA) the
+/// tensor-core one.
+enum class FlashVariant { Portable = 0, Narrow, Wide, Tensor };
 
 inline const char* to_string(FlashVariant v) {
   switch (v) {
@@ -94,6 +95,8 @@ inline const char* to_string(FlashVariant v) {
       return "blocked-narrow";
     case FlashVariant::Wide:
       return "blocked-wide";
+    case FlashVariant::Tensor:
+      return "tensor-core";
     default:
       return "portable";
   }

@@ -1,0 +1,90 @@
+// cuBLAS GEMMs of 16-bit matrices with fp32 accumulation (see the header).
+
+#include "impl/KokkosMLA_TensorGemm.hpp"
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+#include <cublas_v2.h>
+
+#include <climits>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+
+namespace KokkosMLA {
+namespace Impl {
+
+namespace {
+
+/// One handle for the process, made on first use; cuBLAS handles are not safe
+/// to re-point at another stream while a call on them is being issued, so
+/// calls hold the mutex (the GEMMs themselves run asynchronously).
+struct Handle {
+  cublasHandle_t handle = nullptr;
+  std::mutex mutex;
+  Handle() {
+    if (cublasCreate(&handle) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("KokkosMLA: cublasCreate failed");
+  }
+};
+
+Handle& shared_handle() {
+  static Handle h;  // left to the process's end: destroying it after CUDA's teardown is unsafe
+  return h;
+}
+
+template <class T>
+cudaDataType_t data_type();
+#if KOKKOSMLA_HAS_HALF
+template <>
+cudaDataType_t data_type<Kokkos::Experimental::half_t>() {
+  return CUDA_R_16F;
+}
+#endif
+#if KOKKOSMLA_HAS_BHALF
+template <>
+cudaDataType_t data_type<Kokkos::Experimental::bhalf_t>() {
+  return CUDA_R_16BF;
+}
+#endif
+
+}  // namespace
+
+template <class T>
+void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
+                 const T* a, const T* b, T* c) {
+  if (cols > INT_MAX || inner > INT_MAX)
+    throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
+                                ", inner " + std::to_string(inner));
+  Handle& h = shared_handle();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  if (cublasSetStream(h.handle, exec.cuda_stream()) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("KokkosMLA: cublasSetStream failed");
+  const float one = 1, zero = 0;
+  const cudaDataType_t type = data_type<T>();
+  // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
+  const std::int64_t piece = INT_MAX / 2;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
+    const int m = int(rows - r0 < piece ? rows - r0 : piece);
+    const cublasStatus_t status =
+        cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner), &one, b, type, int(cols),
+                     a + r0 * inner, type, int(inner), &zero, c + r0 * cols, type, int(cols),
+                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    if (status != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
+  }
+}
+
+#if KOKKOSMLA_HAS_HALF
+template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,
+                          const Kokkos::Experimental::half_t*, const Kokkos::Experimental::half_t*,
+                          Kokkos::Experimental::half_t*);
+#endif
+#if KOKKOSMLA_HAS_BHALF
+template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,
+                          const Kokkos::Experimental::bhalf_t*, const Kokkos::Experimental::bhalf_t*,
+                          Kokkos::Experimental::bhalf_t*);
+#endif
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+#endif

@@ -1,0 +1,46 @@
+#ifndef KOKKOSMLA_WIDEN_HPP
+#define KOKKOSMLA_WIDEN_HPP
+// Conversions between a storage type and its compute type, for 16-bit plans
+// that run through a float plan (every backend without the tensor-core path).
+
+#include <KokkosMLA_Precision.hpp>
+
+#include <cstdint>
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class From, class To>
+struct ConvertKernel {
+  const From* from;
+  To* to;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    to[i] = static_cast<To>(static_cast<float>(from[i]));
+  }
+};
+
+/// to[i] = from[i] for i < n, rounded to To, on exec.
+template <class ExecSpace, class From, class To>
+void convert(const ExecSpace& exec, const char* label, const From* from, To* to, std::int64_t n) {
+  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
+                       ConvertKernel<From, To>{from, to});
+}
+
+/// The name of a scalar type in logs.
+template <class T>
+const char* scalar_name() {
+  if (std::is_same<T, float>::value) return "float";
+  if (std::is_same<T, double>::value) return "double";
+#if KOKKOSMLA_HAS_HALF
+  if (std::is_same<T, Kokkos::Experimental::half_t>::value) return "fp16";
+#endif
+#if KOKKOSMLA_HAS_BHALF
+  if (std::is_same<T, Kokkos::Experimental::bhalf_t>::value) return "bf16";
+#endif
+  return "?";
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,159 @@
+// 16-bit storage types (half_t, bhalf_t) where this Kokkos has them: the
+// tensor-core path on CUDA and the widened (float) path on every space.
+// Accuracy is judged as FlashAttention's tests judge it: the error against the
+// float64 reference may be at most twice the error of computing the same
+// attention the way a framework does in that type (K, V, the probabilities and
+// out rounded to it, everything else exact).
+
+#include "Reference.hpp"
+
+#include "impl/KokkosMLA_FlashTensorKernel.hpp"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+using HalfTypes = ::testing::Types<
+#if KOKKOSMLA_HAS_HALF
+    Kokkos::Experimental::half_t
+#endif
+#if KOKKOSMLA_HAS_HALF && KOKKOSMLA_HAS_BHALF
+    ,
+#endif
+#if KOKKOSMLA_HAS_BHALF
+    Kokkos::Experimental::bhalf_t
+#endif
+    >;
+
+template <class T>
+double stored_as(double x) {
+  return static_cast<double>(T(x));
+}
+
+double max_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::isfinite(got[i]) ? std::max(worst, std::abs(got[i] - want[i])) : INFINITY;
+  return worst;
+}
+
+struct Result {
+  std::vector<double> out, lse;
+  std::string plan;
+};
+
+/// Runs a Plan<T, ExecSpace> on copies of p's inputs in ExecSpace's memory.
+template <class ExecSpace, class T>
+Result run_plan(const Problem<T>& p, const Options& opt) {
+  using Mem = typename ExecSpace::memory_space;
+  const Shape& s = p.shape;
+  auto q = Kokkos::create_mirror_view_and_copy(Mem(), p.q);
+  auto latent = Kokkos::create_mirror_view_and_copy(Mem(), p.latent);
+  auto w_uk = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uk);
+  auto w_uv = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uv);
+  auto out = Kokkos::create_mirror_view_and_copy(Mem(), p.out);  // NaN: unwritten elements fail
+  Kokkos::View<float***, Kokkos::LayoutRight, Mem> lse("lse", s.batch, s.queries, s.heads);
+  Kokkos::deep_copy(lse, std::nanf(""));
+  const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
+  plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
+  Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe()};
+  return r;
+}
+
+/// Checks out and lse of a Plan<T, ExecSpace> against the float64 reference,
+/// each within twice the modelled framework error.
+template <class ExecSpace, class T>
+void expect_accurate(const Shape& s, const Options& opt, std::uint64_t seed) {
+  const Problem<T> p(s, seed);
+  std::vector<double> exact_lse, framework_lse;
+  const std::vector<double> exact = reference(p, opt, &exact_lse);
+  const std::vector<double> framework = reference(p, opt, &framework_lse, &stored_as<T>);
+  const Result r = run_plan<ExecSpace>(p, opt);
+  const double bound = 2 * max_error(framework, exact) + 1e-7;
+  const double lse_bound = 2 * max_error(framework_lse, exact_lse) + 1e-6;
+  EXPECT_LE(max_error(r.out, exact), bound) << to_string(s) << " causal=" << opt.causal << ": " << r.plan;
+  EXPECT_LE(max_error(r.lse, exact_lse), lse_bound) << to_string(s) << ": " << r.plan;
+}
+
+// Tensor-core shapes (head_dim 64, 128) with query and key counts that are not
+// multiples of the 64-row tiles, one token, more keys than queries; and shapes
+// that only the widened path takes.
+const Shape kShapes[] = {
+    {1, 1, 1, 1, 64, 16},       // one token
+    {2, 37, 53, 3, 64, 40},     // tails in queries and keys, S > T
+    {1, 130, 130, 2, 128, 64},  // three query tiles
+    {2, 65, 200, 2, 128, 32},   // decode-like offset
+    {1, 5, 9, 2, 24, 16},       // head_dim without a tensor-core kernel
+};
+
+template <class T>
+struct HalfPrecision : ::testing::Test {};
+TYPED_TEST_SUITE(HalfPrecision, HalfTypes);
+
+TYPED_TEST(HalfPrecision, DeviceWithinTwiceFrameworkError) {
+  std::uint64_t seed = 11;
+  for (const Shape& s : kShapes)
+    for (bool causal : {true, false}) {
+      Options opt;
+      opt.causal = causal;
+      expect_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(s, opt, ++seed);
+    }
+}
+
+TYPED_TEST(HalfPrecision, HostWithinTwiceFrameworkError) {
+  std::uint64_t seed = 31;
+  for (const Shape& s : kShapes) expect_accurate<Kokkos::DefaultHostExecutionSpace, TypeParam>(s, {}, ++seed);
+}
+
+TYPED_TEST(HalfPrecision, EveryAlgorithmWithinTwiceFrameworkError) {
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    expect_accurate<Kokkos::DefaultExecutionSpace, TypeParam>({2, 9, 17, 3, 64, 24}, opt, 5);
+  }
+}
+
+TYPED_TEST(HalfPrecision, PathFollowsBackendAndShape) {
+  const Shape tensor_shape{1, 8, 8, 2, 64, 16}, other_shape{1, 8, 8, 2, 48, 16};
+  const std::string on_host =
+      Plan<TypeParam, Kokkos::DefaultHostExecutionSpace>(Kokkos::DefaultHostExecutionSpace(), tensor_shape)
+          .describe();
+  EXPECT_NE(on_host.find("widened to float"), std::string::npos) << on_host;
+  const Plan<TypeParam> device(Kokkos::DefaultExecutionSpace(), tensor_shape);
+  const Plan<TypeParam> other(Kokkos::DefaultExecutionSpace(), other_shape);
+  EXPECT_NE(other.describe().find("widened to float"), std::string::npos) << other.describe();
+#ifdef KOKKOSMLA_TENSOR_CORES
+  EXPECT_NE(device.describe().find("flash=tensor-core"), std::string::npos) << device.describe();
+  EXPECT_EQ(device.algorithm(), Algorithm::Decompressed);
+#else
+  EXPECT_NE(device.describe().find("widened to float"), std::string::npos) << device.describe();
+#endif
+}
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+// The tensor-core kernel reads q and writes out in element pairs: a view that
+// starts one element off is refused before anything runs.
+TYPED_TEST(HalfPrecision, MisalignedViewsAreRejected) {
+  using T = TypeParam;
+  const Shape s{1, 4, 4, 1, 64, 16};
+  const Problem<T> p(s, 3);
+  Kokkos::View<T*, Space> spare("spare", s.queries * s.head_dim + 1);
+  View4<T, Kokkos::MemoryUnmanaged> shifted(spare.data() + 1, 1, s.queries, 1, s.head_dim);
+  const Plan<T> plan(Space(), s);
+  expect_rejected<T>([&] { plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, shifted); },
+                     {"out", "4-byte aligned"}, shifted);
+  Kokkos::deep_copy(shifted, p.q);
+  expect_rejected<T>([&] { plan.execute(Space(), shifted, p.latent, p.w_uk, p.w_uv, p.out); },
+                     {"q", "4-byte aligned"}, p.out);
+}
+#endif
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA
+#endif
