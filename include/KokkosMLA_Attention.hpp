@@ -212,11 +212,11 @@ class Plan {
   void run_widened(const ExecSpace& exec, const typename views::ConstRank4& q,
                    const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
                    const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-                   float* lse) const;
+                   compute_type<Scalar>* lse) const;
   void run_native(const ExecSpace& exec, const typename views::ConstRank4& q,
                   const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
                   const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-                  Scalar* lse) const;
+                  compute_type<Scalar>* lse) const;
 
   Shape shape_;
   Options options_;

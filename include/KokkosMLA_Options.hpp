@@ -33,6 +33,12 @@ struct Options {
   /// the host and check every entry before launching. That synchronises with
   /// the device; a serving loop that guarantees valid indices may turn it off.
   bool check_cache_indices = true;
+  /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
+  /// Decompressed algorithm (head_dim 64 or 128) on tensor cores in TF32,
+  /// whose products round their operands to 10 mantissa bits (relative error
+  /// 2^-11 per operand; docs/performance.md states the bound on out). Every
+  /// other plan ignores it.
+  bool allow_tf32 = false;
 };
 
 /// Extents of one problem: q (batch, queries, heads, head_dim),

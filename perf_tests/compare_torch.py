@@ -24,7 +24,9 @@ SHAPES = [(2, 32, 4, 16, 24), (4, 1024, 16, 64, 256), (1, 4096, 16, 128, 512), (
 
 
 # Benchmark name prefix of each dtype in kokkosmla_perf_tests.
-BENCH_TYPE = {"float32": "float", "bfloat16": "bf16", "float16": "fp16"}
+BENCH_TYPE = {"float32": "float", "tf32": "tf32", "bfloat16": "bf16", "float16": "fp16"}
+# PyTorch's side of each: tf32 (ours, opt-in) is compared with fp32, TF32 off.
+TORCH_TYPE = {"float32": "float32", "tf32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
 
 
 def hash_fill(torch, n, seed, scale, device):
@@ -88,7 +90,7 @@ def run_torch(args, shapes):
     if dev == "cpu":
         torch.set_num_threads(args.threads)
 
-    dtype = getattr(torch, args.dtype)
+    dtype = getattr(torch, TORCH_TYPE[args.dtype])
     assert hash_fill(torch, 64, 3, 0.5, dev).tolist() == [hash_value(i, 3, 0.5) for i in range(64)]
 
     def make(B, T, H, D, R):
@@ -124,7 +126,7 @@ def run_torch(args, shapes):
         if dev == "cuda":
             torch.cuda.empty_cache(); torch.cuda.reset_peak_memory_stats()
         ms = median_ms(lambda: decompress_sdpa(q, lat, wk, wv))
-        row = dict(shape=[B, T, H, D, R], dtype=args.dtype, impl="torch-decompress-sdpa",
+        row = dict(shape=[B, T, H, D, R], dtype=TORCH_TYPE[args.dtype], impl="torch-decompress-sdpa",
                    backend="torch-cuda" if dev == "cuda" else "torch-cpu", ms=round(ms, 5), relerr=err,
                    tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3))
         if dev == "cuda":

@@ -7,6 +7,10 @@
 // batch of wall time: ~15 s for the original example on a GPU (batch ~70),
 // 0.2 s for large shapes (batch 1). relerr is measured against the double-precision Decompressed path.
 //
+// tf32/..., bf16/... and fp16/... run Auto with Options::allow_tf32 and in
+// the 16-bit types (where Kokkos has them); relerr is then against the double
+// path on the same (rounded) inputs.
+//
 // Decode benchmarks (decode/float/...) time one CachePlan::execute per
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part) and
 // report GB/s of the cache read once and useful GFLOP/s of the absorbed form.
@@ -117,9 +121,10 @@ double relative_error(const Shape& s, const Inputs<T>& in) {
 }
 
 template <class T>
-void run(benchmark::State& state, Shape s, Algorithm algorithm) {
+void run(benchmark::State& state, Shape s, Algorithm algorithm, bool tf32) {
   Options opt;
   opt.algorithm = algorithm;
+  opt.allow_tf32 = tf32;
   Inputs<T> in(s);
   Bound<T> v(in, s);
   Plan<T, Space> plan(Space(), s, opt);
@@ -164,11 +169,14 @@ std::string shape_name(const Shape& s) {
 template <class T>
 void register_all(const char* type,
                   std::initializer_list<Algorithm> algorithms = {Algorithm::Auto, Algorithm::Fused,
-                                                                 Algorithm::Decompressed, Algorithm::Absorbed}) {
+                                                                 Algorithm::Decompressed,
+                                                                 Algorithm::Absorbed},
+                  bool tf32 = false) {
   for (const Shape& s : shapes())
     for (Algorithm a : algorithms) {
       const std::string name = std::string(type) + "/" + shape_name(s) + "/" + to_string(a);
-      benchmark::RegisterBenchmark(name.c_str(), [s, a](benchmark::State& st) { run<T>(st, s, a); })
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [s, a, tf32](benchmark::State& st) { run<T>(st, s, a, tf32); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.2);
@@ -313,8 +321,9 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("git_hash", KOKKOSMLA_GIT_HASH);
     benchmark::AddCustomContext("kokkos_configuration", config.str());
     KokkosMLA::Bench::register_all<float>("float");
-    // 16-bit types where this Kokkos has them; Auto is the tensor-core path
-    // on CUDA (the explicit algorithms would run through a float plan).
+    // TF32 and 16-bit types where this Kokkos has them: Auto is the
+    // tensor-core path on CUDA (the explicit algorithms would run in fp32).
+    KokkosMLA::Bench::register_all<float>("tf32", {KokkosMLA::Algorithm::Auto}, true);
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_all<Kokkos::Experimental::bhalf_t>("bf16", {KokkosMLA::Algorithm::Auto});
 #endif

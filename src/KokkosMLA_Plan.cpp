@@ -4,6 +4,7 @@
 
 #include "impl/KokkosMLA_CostModel.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_FlashTensorKernel.hpp"
 #include "impl/KokkosMLA_TensorGemm.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
 
@@ -154,19 +155,39 @@ LatentKernel<ExecSpace, T, Step> bound_latent_kernel(const Shape& s, const Launc
   return k;
 }
 
-/// Whether a Plan<Scalar, ExecSpace> takes the tensor-core path: 16-bit types
-/// on a CUDA build for compute capability 8.0 or newer, the Decompressed
-/// algorithm (Auto picks it: the others would attend over the latent width
-/// on the portable kernels), and a head dimension the kernel is built for.
+/// Whether a Plan<Scalar, ExecSpace> takes the tensor-core path: 16-bit types,
+/// or float with allow_tf32, on a CUDA build for compute capability 8.0 or
+/// newer; the Decompressed algorithm (Auto picks it: the others would attend
+/// over the latent width on the portable kernels), and a head dimension the
+/// kernel is built for.
 template <class Scalar, class ExecSpace>
 bool tensor_path(const Shape& s, const Options& opt) {
 #ifdef KOKKOSMLA_TENSOR_CORES
-  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value && is_half_precision<Scalar>::value)
-    return (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
+  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value &&
+                (is_half_precision<Scalar>::value || std::is_same<Scalar, float>::value))
+    return (is_half_precision<Scalar>::value || opt.allow_tf32) &&
+           (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
            (s.head_dim == 64 || s.head_dim == 128);
 #endif
   (void)s, (void)opt;
   return false;
+}
+
+/// The tensor-core kernel's team, tiles and scratch, for describe().
+template <class T>
+LaunchConfig tensor_config(const Shape& s) {
+  LaunchConfig c;
+  c.algorithm = Algorithm::Decompressed;
+  c.flash_variant = int(FlashVariant::Tensor);
+#ifdef KOKKOSMLA_TENSOR_CORES
+  using Kernel = FlashTensorKernel<T, 128>;
+  c.team_size = Kernel::kThreads;
+  c.query_tile = Kernel::kRows;
+  c.key_tile = Kernel::kKeys;
+  c.scratch_bytes = s.head_dim == 64 ? FlashTensorKernel<T, 64>::scratch_bytes() : Kernel::scratch_bytes();
+#endif
+  (void)s;
+  return c;
 }
 
 #ifdef KOKKOSMLA_TENSOR_CORES
@@ -174,7 +195,8 @@ template <class T, int D>
 void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
                          const T* k, const T* v, T* out, float* lse) {
   using Kernel = FlashTensorKernel<T, D>;
-  const Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal, 0};
+  Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
+  f.head_group = Kernel::head_group_for(s.keys);
   launch(exec, "KokkosMLA::Decompressed::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
          typename Kernel::bounds());
 }
@@ -185,9 +207,10 @@ void run_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool caus
                 const T* latent, const T* w_uk, const T* w_uv, T* out, float* lse, T* workspace) {
   // The kernel reads q and writes out in pairs of elements.
   for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(out)})
-    if (reinterpret_cast<std::uintptr_t>(p) % 4 != 0)
+    if (reinterpret_cast<std::uintptr_t>(p) % (2 * sizeof(T)) != 0)
       throw std::invalid_argument(std::string("KokkosMLA::Plan::execute: ") + (p == q ? "q" : "out") +
-                                  "'s data must be 4-byte aligned for the tensor-core path");
+                                  "'s data must be " + std::to_string(2 * sizeof(T)) +
+                                  "-byte aligned for the tensor-core path");
   const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
   T* k = workspace;
   T* v = workspace + rows * cols;
@@ -226,8 +249,8 @@ template <class Scalar, class ExecSpace>
 Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Options& opt) {
   Impl::validate_shape("KokkosMLA::choose_algorithm", shape);
   if (opt.algorithm != Algorithm::Auto) return opt.algorithm;
+  if (Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) return Algorithm::Decompressed;
   if constexpr (is_half_precision<Scalar>::value) {
-    if (Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) return Algorithm::Decompressed;
     return choose_algorithm<float, ExecSpace>(exec, shape, opt);
   } else {
     return Impl::cheapest(Impl::cost_inputs<ExecSpace, Scalar>(exec, shape, opt));
@@ -241,29 +264,19 @@ Plan<Scalar, ExecSpace>::Plan(const ExecSpace& exec, const Shape& shape, const O
   Impl::validate_shape(caller, shape);
   Impl::validate_options(caller, opt);
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim));
-  std::int64_t elements = 0;
-  if constexpr (is_half_precision<Scalar>::value) {
-    if (!Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) {
-      widened_ = std::make_shared<const Widened>(exec, shape, opt);
-      config_.algorithm = widened_->plan.algorithm();
-    } else {
-      config_.algorithm = Algorithm::Decompressed;
-      config_.flash_variant = int(Impl::FlashVariant::Tensor);
-      config_.team_size = 128;
-      config_.query_tile = 64;
-      config_.key_tile = 64;
-      config_.scratch_bytes = 2 * 64 * std::size_t(shape.head_dim + 8) * sizeof(Scalar);
-      elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
-    }
+  if (Impl::tensor_path<Scalar, ExecSpace>(shape, opt)) {
+    config_ = Impl::tensor_config<Scalar>(shape);
+  } else if constexpr (is_half_precision<Scalar>::value) {
+    widened_ = std::make_shared<const Widened>(exec, shape, opt);
+    config_.algorithm = widened_->plan.algorithm();
   } else {
     config_ = Impl::plan_launch<ExecSpace, Scalar>(exec, shape, opt);
   }
-  if (!widened_ && elements == 0) {
-    if (config_.algorithm == Algorithm::Decompressed)
-      elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
-    if (config_.algorithm == Algorithm::Absorbed)
-      elements = shape.batch * shape.queries * shape.heads * shape.latent_dim;  // qa, then oa
-  }
+  std::int64_t elements = 0;
+  if (!widened_ && config_.algorithm == Algorithm::Decompressed)
+    elements = 2 * shape.batch * shape.keys * shape.heads * shape.head_dim;  // K and V
+  if (!widened_ && config_.algorithm == Algorithm::Absorbed)
+    elements = shape.batch * shape.queries * shape.heads * shape.latent_dim;  // qa, then oa
   if (elements > 0)
     workspace_ = Kokkos::View<Scalar*, memory_space>(
         Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::Plan::workspace"), elements);
@@ -280,7 +293,8 @@ std::size_t Plan<Scalar, ExecSpace>::workspace_bytes() const {
 template <class Scalar, class ExecSpace>
 std::string Plan<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
-  o << Impl::scalar_name<Scalar>() << " ";
+  const bool tensor = config_.flash_variant == int(Impl::FlashVariant::Tensor);
+  o << (tensor && std::is_same<Scalar, float>::value ? "tf32" : Impl::scalar_name<Scalar>()) << " ";
   if (widened_) {
     o << "widened to " << widened_->plan.describe();
     return o.str();
@@ -302,16 +316,17 @@ void Plan<Scalar, ExecSpace>::run(const ExecSpace& exec, const typename views::C
                                   const typename views::ConstRank3& w_uk,
                                   const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
                                   compute_type<Scalar>* lse) const {
-  if constexpr (is_half_precision<Scalar>::value) {
-    if (widened_) run_widened(exec, q, latent, w_uk, w_uv, out, lse);
 #ifdef KOKKOSMLA_TENSOR_CORES
-    else if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value)
-      Impl::run_tensor(exec, shape_, float(scale_), options_.causal, q.data(), latent.data(), w_uk.data(), w_uv.data(),
-                 out.data(), lse, workspace_.data());
-#endif
-  } else {
-    run_native(exec, q, latent, w_uk, w_uv, out, lse);
+  if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value && !std::is_same<Scalar, double>::value) {
+    if (config_.flash_variant == int(Impl::FlashVariant::Tensor))
+      return Impl::run_tensor(exec, shape_, float(scale_), options_.causal, q.data(), latent.data(),
+                              w_uk.data(), w_uv.data(), out.data(), lse, workspace_.data());
   }
+#endif
+  if (widened_)
+    run_widened(exec, q, latent, w_uk, w_uv, out, lse);
+  else
+    run_native(exec, q, latent, w_uk, w_uv, out, lse);
 }
 
 template <class Scalar, class ExecSpace>
@@ -319,7 +334,7 @@ void Plan<Scalar, ExecSpace>::run_widened(const ExecSpace& exec, const typename 
                                           const typename views::ConstRank3& latent,
                                           const typename views::ConstRank3& w_uk,
                                           const typename views::ConstRank3& w_uv,
-                                          const typename views::Rank4& out, float* lse) const {
+                                          const typename views::Rank4& out, compute_type<Scalar>* lse) const {
   if constexpr (is_half_precision<Scalar>::value) {
     using Float = Impl::ViewTypes<float, memory_space>;
     const Shape& s = shape_;
@@ -353,7 +368,7 @@ void Plan<Scalar, ExecSpace>::run_native(const ExecSpace& exec, const typename v
                                          const typename views::ConstRank3& latent,
                                          const typename views::ConstRank3& w_uk,
                                          const typename views::ConstRank3& w_uv,
-                                         const typename views::Rank4& out, Scalar* lse) const {
+                                         const typename views::Rank4& out, compute_type<Scalar>* lse) const {
   if constexpr (!is_half_precision<Scalar>::value) {
     using namespace Impl;
     const Shape& s = shape_;
@@ -423,10 +438,10 @@ void Plan<Scalar, ExecSpace>::run_native(const ExecSpace& exec, const typename v
 #else
 #define KOKKOSMLA_INSTANTIATE_BHALF(SPACE)
 #endif
-#define KOKKOSMLA_INSTANTIATE(SPACE)                                         \
-  KOKKOSMLA_INSTANTIATE_ONE(float, SPACE)                                    \
-  KOKKOSMLA_INSTANTIATE_ONE(double, SPACE) KOKKOSMLA_INSTANTIATE_HALF(SPACE) \
-      KOKKOSMLA_INSTANTIATE_BHALF(SPACE)
+#define KOKKOSMLA_INSTANTIATE(SPACE)       \
+  KOKKOSMLA_INSTANTIATE_ONE(float, SPACE)  \
+  KOKKOSMLA_INSTANTIATE_ONE(double, SPACE) \
+  KOKKOSMLA_INSTANTIATE_HALF(SPACE) KOKKOSMLA_INSTANTIATE_BHALF(SPACE)
 KOKKOSMLA_INSTANTIATE(Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
 KOKKOSMLA_INSTANTIATE(Kokkos::DefaultHostExecutionSpace)

@@ -1,4 +1,4 @@
-// cuBLAS GEMMs of 16-bit matrices with fp32 accumulation (see the header).
+// cuBLAS GEMMs on tensor cores with fp32 accumulation (see the header).
 
 #include "impl/KokkosMLA_TensorGemm.hpp"
 
@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -34,6 +35,10 @@ Handle& shared_handle() {
 
 template <class T>
 cudaDataType_t data_type();
+template <>
+cudaDataType_t data_type<float>() {
+  return CUDA_R_32F;
+}
 #if KOKKOSMLA_HAS_HALF
 template <>
 cudaDataType_t data_type<Kokkos::Experimental::half_t>() {
@@ -61,19 +66,23 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
     throw std::runtime_error("KokkosMLA: cublasSetStream failed");
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
+  const cublasComputeType_t compute =
+      std::is_same<T, float>::value ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
   const std::int64_t piece = INT_MAX / 2;
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
     const int m = int(rows - r0 < piece ? rows - r0 : piece);
     const cublasStatus_t status =
         cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner), &one, b, type, int(cols),
-                     a + r0 * inner, type, int(inner), &zero, c + r0 * cols, type, int(cols),
-                     CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+                     a + r0 * inner, type, int(inner), &zero, c + r0 * cols, type, int(cols), compute,
+                     CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
   }
 }
 
+template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const float*,
+                          const float*, float*);
 #if KOKKOSMLA_HAS_HALF
 template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,
                           const Kokkos::Experimental::half_t*, const Kokkos::Experimental::half_t*,

@@ -1,5 +1,6 @@
 // 16-bit storage types (half_t, bhalf_t) where this Kokkos has them: the
-// tensor-core path on CUDA and the widened (float) path on every space.
+// tensor-core path on CUDA and the widened (float) path on every space; and
+// the opt-in TF32 path of float plans.
 // Accuracy is judged as FlashAttention's tests judge it: the error against the
 // float64 reference may be at most twice the error of computing the same
 // attention the way a framework does in that type (K, V, the probabilities and
@@ -8,10 +9,67 @@
 #include "Reference.hpp"
 
 #include "impl/KokkosMLA_FlashTensorKernel.hpp"
+#include "impl/KokkosMLA_Launch.hpp"
 
 #include <cstdint>
 #include <string>
 #include <vector>
+
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+/// out of a float Plan on the default space, with or without TF32.
+std::vector<double> run_float(const Problem<float>& p, bool tf32, std::string* plan = nullptr) {
+  Options opt;
+  opt.allow_tf32 = tf32;
+  const Plan<float> f(Space(), p.shape, opt);
+  if (plan) *plan = f.describe();
+  Kokkos::deep_copy(p.out, std::nanf(""));
+  f.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+  return Problem<float>::host_copy(p.out);
+}
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+// TF32 rounds every product's operands to 10 mantissa bits (unit roundoff
+// u = 2^-11); across the two GEMMs and two attention products the error of out
+// stays within 8u of its largest magnitude on these problems (docs/performance.md).
+TEST(Tf32, TensorCorePathWithinBound) {
+  const double bound = 8 * std::ldexp(1.0, -11);
+  std::uint64_t seed = 51;
+  for (const Shape& s : {Shape{1, 1, 1, 1, 64, 16}, Shape{2, 37, 53, 3, 64, 40},
+                         Shape{1, 130, 130, 2, 128, 64}, Shape{2, 65, 200, 2, 128, 32}}) {
+    const Problem<float> p(s, ++seed);
+    std::string plan;
+    const std::vector<double> got = run_float(p, true, &plan);
+    EXPECT_NE(plan.find("tf32"), std::string::npos) << plan;
+    EXPECT_NE(plan.find("flash=tensor-core"), std::string::npos) << plan;
+    EXPECT_TRUE(close(got, reference(p), bound, s)) << plan;
+  }
+}
+#endif
+
+// Where TF32 does not apply (hosts, head dimensions without a tensor-core
+// kernel) the option changes nothing, bit for bit.
+TEST(Tf32, IgnoredOffTheTensorCorePath) {
+  const Shape shapes[] = {{1, 5, 9, 2, 24, 16}
+#ifndef KOKKOSMLA_TENSOR_CORES
+                          ,
+                          {2, 37, 53, 3, 64, 40}
+#endif
+  };
+  for (const Shape& s : shapes) {
+    const Problem<float> p(s, 7);
+    std::string plan;
+    const std::vector<double> with = run_float(p, true, &plan), without = run_float(p, false);
+    EXPECT_EQ(plan.find("tf32"), std::string::npos) << plan;
+    for (std::size_t i = 0; i < with.size(); ++i) ASSERT_EQ(with[i], without[i]) << "element " << i;
+  }
+}
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA
 
 #if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
 namespace KokkosMLA {
@@ -136,6 +194,31 @@ TYPED_TEST(HalfPrecision, PathFollowsBackendAndShape) {
 }
 
 #ifdef KOKKOSMLA_TENSOR_CORES
+// The order in which teams take (batch, head) pairs and query tiles changes
+// no result: groups of 4 pairs out of 6 (the last one partial) equal one pair
+// per group, bit for bit.
+TYPED_TEST(HalfPrecision, TensorKernelGroupingChangesNothing) {
+  using T = TypeParam;
+  const Shape s{2, 70, 90, 3, 64, 8};
+  const Problem<T> p(s, 9);
+  View4<T> k("k", s.batch, s.keys, s.heads, s.head_dim), v("v", s.batch, s.keys, s.heads, s.head_dim);
+  std::mt19937_64 rng(4);
+  Problem<T>::fill(k, rng, 1.0);
+  Problem<T>::fill(v, rng, 1.0);
+  std::vector<double> results[2];
+  for (int grouped = 0; grouped < 2; ++grouped) {
+    using Kernel = Impl::FlashTensorKernel<T, 64>;
+    Kernel f{p.q.data(), k.data(), v.data(), p.out.data(), nullptr, s.batch,
+             s.queries,  s.keys,   s.heads,  0.125f,       true};
+    f.head_group = grouped ? 4 : 1;
+    Impl::launch(Space(), "KokkosMLA::test::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
+                 typename Kernel::bounds());
+    results[grouped] = Problem<T>::host_copy(p.out);
+  }
+  for (std::size_t i = 0; i < results[0].size(); ++i)
+    ASSERT_EQ(results[0][i], results[1][i]) << "element " << i;
+}
+
 // The tensor-core kernel reads q and writes out in element pairs: a view that
 // starts one element off is refused before anything runs.
 TYPED_TEST(HalfPrecision, MisalignedViewsAreRejected) {

@@ -1,0 +1,322 @@
+#ifndef KOKKOSMLA_TENSOROPS_HPP
+#define KOKKOSMLA_TENSOROPS_HPP
+// Tensor-core building blocks for CUDA GPUs of compute capability 8.0 and
+// newer (mma.sync, ldmatrix, cp.async through inline PTX), and the operand
+// handling of FlashTensorKernel per element type:
+//   16-bit (half_t, bhalf_t): m16n8k16 products, 64-key steps, K and V
+//     fragments by ldmatrix (V transposed), P packed from the accumulators;
+//   float (TF32): m16n8k8 products on operands rounded to TF32, 32-key steps
+//     (two fp32 tiles of 64 keys would not fit the 48 KB of a Kokkos team).
+// Defines KOKKOSMLA_TENSOR_CORES where they exist; the portable kernels serve
+// every other target.
+
+#include <KokkosMLA_Precision.hpp>
+
+#include "KokkosMLA_Compat.hpp"
+
+#include <cstdint>
+
+#if defined(KOKKOS_ENABLE_CUDA) && (defined(KOKKOS_ARCH_AMPERE) || defined(KOKKOS_ARCH_ADA89) || \
+                                    defined(KOKKOS_ARCH_HOPPER) || defined(KOKKOS_ARCH_BLACKWELL))
+#define KOKKOSMLA_TENSOR_CORES 1
+#endif
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// One tensor-core product c += a b (m16n8k16 for 16-bit types, m16n8k8 for
+/// TF32), and for 16-bit types the packing of two floats into an operand pair.
+template <class T>
+struct Mma;
+
+#if KOKKOSMLA_HAS_BHALF
+template <>
+struct Mma<Kokkos::Experimental::bhalf_t> {
+  KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef __CUDA_ARCH__
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static unsigned pack(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+#else
+    (void)lo, (void)hi;
+    return 0;
+#endif
+  }
+};
+#endif
+
+#if KOKKOSMLA_HAS_HALF
+template <>
+struct Mma<Kokkos::Experimental::half_t> {
+  KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef __CUDA_ARCH__
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+#endif
+  }
+  KOKKOS_INLINE_FUNCTION static unsigned pack(float lo, float hi) {
+#ifdef __CUDA_ARCH__
+    const __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<const unsigned*>(&v);
+#else
+    (void)lo, (void)hi;
+    return 0;
+#endif
+  }
+};
+#endif
+
+/// Four 8x8 16-bit matrices from shared memory, transposed: lane l gives the
+/// address of row l % 8 of matrix l / 8, and register i receives this lane's
+/// pair of matrix i (column lane / 4, rows 2 (lane % 4) and the next).
+KOKKOS_INLINE_FUNCTION void load_matrices_transposed(const std::uint16_t* row, unsigned (&r)[4]) {
+#ifdef __CUDA_ARCH__
+  const unsigned address = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  (void)row, (void)r;
+#endif
+}
+
+/// As above, not transposed: register i receives row lane / 4, columns
+/// 2 (lane % 4) and the next, of matrix i.
+KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r)[4]) {
+#ifdef __CUDA_ARCH__
+  const unsigned address = unsigned(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+#else
+  (void)row, (void)r;
+#endif
+}
+
+/// Starts an asynchronous copy of 16 bytes into shared memory; with
+/// valid == false it writes zeros and reads nothing.
+KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
+#ifdef __CUDA_ARCH__
+  const unsigned address = unsigned(__cvta_generic_to_shared(to));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
+               "r"(valid ? 16 : 0));
+#else
+  (void)to, (void)from, (void)valid;
+#endif
+}
+
+/// Closes the group of copies started since the last commit.
+KOKKOS_INLINE_FUNCTION void commit_copies() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.commit_group;\n" ::);
+#endif
+}
+
+/// Waits until at most N committed groups of this thread are in flight.
+template <int N>
+KOKKOS_INLINE_FUNCTION void wait_copies() {
+#ifdef __CUDA_ARCH__
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+#endif
+}
+
+template <>
+struct Mma<float> {
+  KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+#ifdef __CUDA_ARCH__
+    asm volatile(
+        "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    (void)c, (void)a, (void)b0, (void)b1;
+#endif
+  }
+};
+
+/// 2^x by the special-function unit (relative error about 2^-22; 2^-inf = 0):
+/// exp2f without fast-math adds range handling the softmax does not need.
+KOKKOS_INLINE_FUNCTION float fast_exp2(float x) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
+  return r;
+#else
+  (void)x;
+  return 0;
+#endif
+}
+
+/// x rounded to TF32 (10 explicit mantissa bits, to nearest, ties away).
+KOKKOS_INLINE_FUNCTION unsigned to_tf32(float x) {
+#ifdef __CUDA_ARCH__
+  unsigned r;
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return r;
+#else
+  (void)x;
+  return 0;
+#endif
+}
+
+/// Operand handling of a warp's 16 query rows for 16-bit T. Fragment
+/// coordinates: g = lane / 4 (row), t = lane % 4 (column pair).
+template <class T, int D>
+struct TensorOperands {
+  using Element = std::uint16_t;
+  static constexpr int kKeys = 64;                  // keys per step
+  static constexpr int kLdK = D + 8, kLdV = D + 8;  // staged rows (+16 bytes: ldmatrix hits 32 banks)
+  using QFragments = unsigned[D / 16][4];
+
+  /// Rows r0 and r1 (null past the last query) as A fragments over D.
+  __device__ static void load_q(QFragments& qa, const Element* r0, const Element* r1, int t) {
+    auto pair = [](const Element* row, int col) {
+      return row ? *reinterpret_cast<const unsigned*>(row + col) : 0u;
+    };
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      qa[kk][0] = pair(r0, kk * 16 + 2 * t);
+      qa[kk][1] = pair(r1, kk * 16 + 2 * t);
+      qa[kk][2] = pair(r0, kk * 16 + 8 + 2 * t);
+      qa[kk][3] = pair(r1, kk * 16 + 8 + 2 * t);
+    }
+  }
+
+  /// s = Q K^T over one staged K tile. ldmatrix row addresses: lane l gives
+  /// row l % 8 of matrix l / 8, here (keys +0, d +0), (+0, +8), (+8, +0), (+8, +8).
+  __device__ static void scores(float (&s)[kKeys / 8][4], const QFragments& qa, const Element* ks, int lane) {
+    const int row = (lane % 8) + 8 * (lane / 16), col = 8 * ((lane / 8) % 2);
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < D / 16; ++kk) {
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < kKeys / 8; n += 2) {
+        unsigned kb[4];
+        load_matrices(ks + (n * 8 + row) * kLdK + kk * 16 + col, kb);
+        Mma<T>::run(s[n], qa[kk], kb[0], kb[1]);
+        Mma<T>::run(s[n + 1], qa[kk], kb[2], kb[3]);
+      }
+    }
+  }
+
+  /// o += P V, P being the probabilities in s's accumulator layout (which is
+  /// the A fragment layout); V transposed by ldmatrix, matrices (keys +0, d +0),
+  /// (+8, +0), (+0, +8), (+8, +8).
+  __device__ static void accumulate(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4], const Element* vs,
+                                    int lane) {
+    const int row = (lane % 8) + 8 * ((lane / 8) % 2), col = 8 * (lane / 16);
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < kKeys / 16; ++kk) {
+      const unsigned pa[4] = {
+          Mma<T>::pack(p[2 * kk][0], p[2 * kk][1]), Mma<T>::pack(p[2 * kk][2], p[2 * kk][3]),
+          Mma<T>::pack(p[2 * kk + 1][0], p[2 * kk + 1][1]), Mma<T>::pack(p[2 * kk + 1][2], p[2 * kk + 1][3])};
+      KOKKOSMLA_UNROLL
+      for (int dn = 0; dn < D / 16; ++dn) {
+        unsigned vb[4];
+        load_matrices_transposed(vs + (kk * 16 + row) * kLdV + dn * 16 + col, vb);
+        Mma<T>::run(o[2 * dn], pa, vb[0], vb[1]);
+        Mma<T>::run(o[2 * dn + 1], pa, vb[2], vb[3]);
+      }
+    }
+  }
+
+  /// Two adjacent outputs.
+  __device__ static void store(Element* at, float a, float b) {
+    *reinterpret_cast<unsigned*>(at) = Mma<T>::pack(a, b);
+  }
+};
+
+/// x as a TF32 operand as it is: the tensor core ignores the 13 low mantissa
+/// bits, i.e. truncates (relative error below 2^-10), for no instruction.
+KOKKOS_INLINE_FUNCTION unsigned as_tf32(float x) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(x);
+#else
+  (void)x;
+  return 0;
+#endif
+}
+
+/// TF32 operands of float data: q and the probabilities (converted once per
+/// use in registers) are rounded, K and V (read from shared memory by every
+/// warp, where a conversion per read would double the instructions per
+/// product) are truncated. Within every 8-wide contraction step the index
+/// is permuted (logical t <-> stored 2t, t + 4 <-> 2t + 1), which changes no
+/// sum over it and lets each lane read adjacent pairs: q and K as float2, and
+/// P directly from the score accumulators (no shuffles). Padding: K rows read
+/// as float2 at 8g + 2t words (rows 8 + D words apart), V rows 2t and 2t + 1
+/// at column g (rows 4 + D words apart): 32 distinct banks each.
+template <int D>
+struct TensorOperands<float, D> {
+  using Element = float;
+  static constexpr int kKeys = 32;
+  static constexpr int kLdK = D + 8, kLdV = D + 4;
+  using QFragments = unsigned[D / 8][4];
+
+  __device__ static void load_q(QFragments& qa, const Element* r0, const Element* r1, int t) {
+    auto pair = [](const Element* row, int col) {
+      return row ? *reinterpret_cast<const float2*>(row + col) : make_float2(0.f, 0.f);
+    };
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < D / 8; ++kk) {
+      const float2 x0 = pair(r0, kk * 8 + 2 * t), x1 = pair(r1, kk * 8 + 2 * t);
+      qa[kk][0] = to_tf32(x0.x);
+      qa[kk][1] = to_tf32(x1.x);
+      qa[kk][2] = to_tf32(x0.y);
+      qa[kk][3] = to_tf32(x1.y);
+    }
+  }
+
+  __device__ static void scores(float (&s)[kKeys / 8][4], const QFragments& qa, const Element* ks, int lane) {
+    const int g = lane / 4, t = lane % 4;
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < D / 8; ++kk) {
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < kKeys / 8; ++n) {
+        const float2 kb = *reinterpret_cast<const float2*>(ks + (n * 8 + g) * kLdK + kk * 8 + 2 * t);
+        Mma<float>::run(s[n], qa[kk], as_tf32(kb.x), as_tf32(kb.y));
+      }
+    }
+  }
+
+  __device__ static void accumulate(float (&o)[D / 8][4], const float (&p)[kKeys / 8][4], const Element* vs,
+                                    int lane) {
+    const int g = lane / 4, t = lane % 4;
+    KOKKOSMLA_UNROLL
+    for (int n = 0; n < kKeys / 8; ++n) {
+      const unsigned pa[4] = {to_tf32(p[n][0]), to_tf32(p[n][2]), to_tf32(p[n][1]), to_tf32(p[n][3])};
+      const Element* v0 = vs + (n * 8 + 2 * t) * kLdV + g;
+      KOKKOSMLA_UNROLL
+      for (int dn = 0; dn < D / 8; ++dn)
+        Mma<float>::run(o[dn], pa, as_tf32(v0[dn * 8]), as_tf32(v0[kLdV + dn * 8]));
+    }
+  }
+
+  __device__ static void store(Element* at, float a, float b) {
+    *reinterpret_cast<float2*>(at) = make_float2(a, b);
+  }
+};
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif  // KOKKOSMLA_TENSOR_CORES
+#endif
