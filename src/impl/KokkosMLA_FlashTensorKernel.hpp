@@ -16,7 +16,7 @@
 // How operands are read and multiplied per element type is TensorOperands
 // (KokkosMLA_TensorOps.hpp). K and V tiles arrive by asynchronous copies that
 // overlap the arithmetic: V of this step while S is computed, K of the next
-// step while the softmax and P V run. Both tiles (35 KB for 16-bit types at
+// step while the softmax and P V run; three barriers per step. Both tiles (35 KB for 16-bit types at
 // D = 128, 34 KB for float) fit the 48 KB of shared memory a Kokkos team may
 // have; a second buffer of each would not. Masks are applied only on tiles
 // that cross the causal diagonal or the last key. Eight warps over 128 rows
@@ -151,15 +151,16 @@ struct FlashTensorKernel {
       KOKKOSMLA_UNROLL
       for (int n = 0; n < kScoreTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
       Ops::scores(s, qa, ks, lane);
-      team.team_barrier();  // every warp is done with K: fetch the next step's
+      wait_copies<0>();     // this step's V
+      team.team_barrier();  // V is visible and every warp is done with K: fetch the next step's
       if (k0 + kKeys < key_end) {
         stage(kh, ks, Ops::kLdK, k0 + kKeys, rank);
       } else {
         commit_copies();  // an empty group keeps the counting uniform
       }
+      // No barrier between the softmax and P V: the compiler may overlap the
+      // exponentials of later keys with the products of earlier ones.
       softmax_step(s, o, m, l, k0, offset, q0 + warp * 16, row0, t, scale2);
-      wait_copies<1>();  // this step's V (the next K may still be in flight)
-      team.team_barrier();
       Ops::accumulate(o, s, vs, lane);
       team.team_barrier();  // every warp is done with V: fetch the next step's
       if (k0 + kKeys < key_end) {
