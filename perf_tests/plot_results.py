@@ -67,6 +67,5 @@ panel(bottom, [("torch bf16 (decompress + SDPA)", "bfloat16", "torch-decompress-
                ("kokkosmla tf32 (allow_tf32)", "tf32", "kokkosmla-auto"),
                ("torch fp32, TF32 off", "float32", "torch-decompress-sdpa")],
       tensor_shapes, "Tensor cores: bf16 / fp16 / TF32, one H200", "useful TFLOP/s (Decompressed count)")
-bottom.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
 fig.savefig(dst, dpi=110)
