@@ -35,9 +35,9 @@ struct Options {
   bool check_cache_indices = true;
   /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
   /// Decompressed algorithm (head_dim 64 or 128) on tensor cores in TF32,
-  /// whose products round their operands to 10 mantissa bits (relative error
-  /// 2^-11 per operand; docs/performance.md states the bound on out). Every
-  /// other plan ignores it.
+  /// whose products keep 10 mantissa bits of each operand (relative error
+  /// 2^-11 rounded, 2^-10 truncated; docs/performance.md states the bound on
+  /// out). Every other plan ignores it.
   bool allow_tf32 = false;
 };
 

@@ -5,8 +5,9 @@
 // handling of FlashTensorKernel per element type:
 //   16-bit (half_t, bhalf_t): m16n8k16 products, 64-key steps, K and V
 //     fragments by ldmatrix (V transposed), P packed from the accumulators;
-//   float (TF32): m16n8k8 products on operands rounded to TF32, 32-key steps
-//     (two fp32 tiles of 64 keys would not fit the 48 KB of a Kokkos team).
+//   float (TF32): m16n8k8 products, q and P rounded to TF32, K and V
+//     truncated; 32-key steps (two fp32 tiles of 64 keys would not fit the
+//     48 KB of a Kokkos team).
 // Defines KOKKOSMLA_TENSOR_CORES where they exist; the portable kernels serve
 // every other target.
 
@@ -315,6 +316,7 @@ struct TensorOperands<float, D> {
     *reinterpret_cast<float2*>(at) = make_float2(a, b);
   }
 };
+
 }  // namespace Impl
 }  // namespace KokkosMLA
 
