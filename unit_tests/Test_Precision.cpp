@@ -19,32 +19,47 @@ namespace KokkosMLA {
 namespace Test {
 namespace {
 
-/// out of a float Plan on the default space, with or without TF32.
-std::vector<double> run_float(const Problem<float>& p, bool tf32, std::string* plan = nullptr) {
-  Options opt;
-  opt.allow_tf32 = tf32;
-  const Plan<float> f(Space(), p.shape, opt);
-  if (plan) *plan = f.describe();
-  Kokkos::deep_copy(p.out, std::nanf(""));
-  f.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
-  return Problem<float>::host_copy(p.out);
+struct Result {
+  std::vector<double> out, lse;
+  std::string plan;
+};
+
+/// Runs a Plan<T, ExecSpace> on copies of p's inputs in ExecSpace's memory.
+template <class ExecSpace, class T>
+Result run_plan(const Problem<T>& p, const Options& opt) {
+  using Mem = typename ExecSpace::memory_space;
+  const Shape& s = p.shape;
+  auto q = Kokkos::create_mirror_view_and_copy(Mem(), p.q);
+  auto latent = Kokkos::create_mirror_view_and_copy(Mem(), p.latent);
+  auto w_uk = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uk);
+  auto w_uv = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uv);
+  auto out = Kokkos::create_mirror_view(Mem(), p.out);
+  Kokkos::deep_copy(out, T(std::nan("")));  // unwritten elements fail; p.out may be out itself
+  Kokkos::View<float***, Kokkos::LayoutRight, Mem> lse("lse", s.batch, s.queries, s.heads);
+  Kokkos::deep_copy(lse, std::nanf(""));
+  const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
+  plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
+  Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe()};
+  return r;
 }
 
 #ifdef KOKKOSMLA_TENSOR_CORES
-// TF32 rounds every product's operands to 10 mantissa bits (unit roundoff
-// u = 2^-11); across the two GEMMs and two attention products the error of out
-// stays within 8u of its largest magnitude on these problems (docs/performance.md).
+// TF32 keeps 10 mantissa bits of every product's operands (u = 2^-11 where
+// rounded, 2u where truncated); across the two GEMMs and two attention
+// products the error of out stays within 8u of its largest magnitude on these
+// problems (docs/performance.md).
 TEST(Tf32, TensorCorePathWithinBound) {
   const double bound = 8 * std::ldexp(1.0, -11);
   std::uint64_t seed = 51;
   for (const Shape& s : {Shape{1, 1, 1, 1, 64, 16}, Shape{2, 37, 53, 3, 64, 40},
                          Shape{1, 130, 130, 2, 128, 64}, Shape{2, 65, 200, 2, 128, 32}}) {
     const Problem<float> p(s, ++seed);
-    std::string plan;
-    const std::vector<double> got = run_float(p, true, &plan);
-    EXPECT_NE(plan.find("tf32"), std::string::npos) << plan;
-    EXPECT_NE(plan.find("flash=tensor-core"), std::string::npos) << plan;
-    EXPECT_TRUE(close(got, reference(p), bound, s)) << plan;
+    Options tf32;
+    tf32.allow_tf32 = true;
+    const Result r = run_plan<Space>(p, tf32);
+    EXPECT_NE(r.plan.find("tf32"), std::string::npos) << r.plan;
+    EXPECT_NE(r.plan.find("flash=tensor-core"), std::string::npos) << r.plan;
+    EXPECT_TRUE(close(r.out, reference(p), bound, s)) << r.plan;
   }
 }
 #endif
@@ -60,10 +75,12 @@ TEST(Tf32, IgnoredOffTheTensorCorePath) {
   };
   for (const Shape& s : shapes) {
     const Problem<float> p(s, 7);
-    std::string plan;
-    const std::vector<double> with = run_float(p, true, &plan), without = run_float(p, false);
-    EXPECT_EQ(plan.find("tf32"), std::string::npos) << plan;
-    for (std::size_t i = 0; i < with.size(); ++i) ASSERT_EQ(with[i], without[i]) << "element " << i;
+    Options tf32;
+    tf32.allow_tf32 = true;
+    const Result with = run_plan<Space>(p, tf32), without = run_plan<Space>(p, {});
+    EXPECT_EQ(with.plan.find("tf32"), std::string::npos) << with.plan;
+    for (std::size_t i = 0; i < with.out.size(); ++i)
+      ASSERT_EQ(with.out[i], without.out[i]) << "element " << i;
   }
 }
 
@@ -98,29 +115,6 @@ double max_error(const std::vector<double>& got, const std::vector<double>& want
   for (std::size_t i = 0; i < got.size(); ++i)
     worst = std::isfinite(got[i]) ? std::max(worst, std::abs(got[i] - want[i])) : INFINITY;
   return worst;
-}
-
-struct Result {
-  std::vector<double> out, lse;
-  std::string plan;
-};
-
-/// Runs a Plan<T, ExecSpace> on copies of p's inputs in ExecSpace's memory.
-template <class ExecSpace, class T>
-Result run_plan(const Problem<T>& p, const Options& opt) {
-  using Mem = typename ExecSpace::memory_space;
-  const Shape& s = p.shape;
-  auto q = Kokkos::create_mirror_view_and_copy(Mem(), p.q);
-  auto latent = Kokkos::create_mirror_view_and_copy(Mem(), p.latent);
-  auto w_uk = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uk);
-  auto w_uv = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uv);
-  auto out = Kokkos::create_mirror_view_and_copy(Mem(), p.out);  // NaN: unwritten elements fail
-  Kokkos::View<float***, Kokkos::LayoutRight, Mem> lse("lse", s.batch, s.queries, s.heads);
-  Kokkos::deep_copy(lse, std::nanf(""));
-  const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
-  plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
-  Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe()};
-  return r;
 }
 
 /// Checks out and lse of a Plan<T, ExecSpace> against the float64 reference,
