@@ -118,12 +118,7 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   config_.algorithm = Algorithm::Fused;
   config_.team_size = be.team_size;
   config_.scratch_max0 = be.scratch_max[0];
-  config_.query_tile = f.tiles.tokens;
-  config_.head_group = f.tiles.heads;
-  config_.key_tile = f.tiles.key_tile;
-  config_.weight_chunk = f.tiles.weight_chunk;
-  config_.scratch_level = f.level;
-  config_.scratch_bytes = f.bytes;
+  apply(config_, f);
   splits_ = opt.kv_splits > 0 ? opt.kv_splits : automatic_splits(shape, f.tiles, be);
   const std::int64_t rows = shape.batch * shape.queries * shape.heads;
   // The register path keeps qa (then oa) of every row; split-KV each part's oa rows and lse.

@@ -31,27 +31,6 @@ CostInputs cost_inputs(const ExecSpace& exec, const Shape& s, const Options& opt
   return in;
 }
 
-template <class Tiles>
-void apply(LaunchConfig& c, const Fitted<Tiles>& f);
-
-template <>
-void apply(LaunchConfig& c, const Fitted<FlashTiles>& f) {
-  c.query_tile = f.tiles.query_tile;
-  c.key_tile = f.tiles.key_tile;
-  c.scratch_level = f.level;
-  c.scratch_bytes = f.bytes;
-}
-
-template <>
-void apply(LaunchConfig& c, const Fitted<LatentTiles>& f) {
-  c.query_tile = f.tiles.tokens;
-  c.head_group = f.tiles.heads;
-  c.key_tile = f.tiles.key_tile;
-  c.weight_chunk = f.tiles.weight_chunk;
-  c.scratch_level = f.level;
-  c.scratch_bytes = f.bytes;
-}
-
 template <class ExecSpace, class T>
 LaunchConfig plan_launch(const ExecSpace& exec, const Shape& s, const Options& opt) {
   const CostInputs in = cost_inputs<ExecSpace, T>(exec, s, opt);

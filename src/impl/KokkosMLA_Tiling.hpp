@@ -45,6 +45,23 @@ struct Fitted {
   std::size_t bytes = 0;
 };
 
+/// Records fitted tiles, their scratch level and bytes in a plan's config.
+inline void apply(LaunchConfig& c, const Fitted<FlashTiles>& f) {
+  c.query_tile = f.tiles.query_tile;
+  c.key_tile = f.tiles.key_tile;
+  c.scratch_level = f.level;
+  c.scratch_bytes = f.bytes;
+}
+
+inline void apply(LaunchConfig& c, const Fitted<LatentTiles>& f) {
+  c.query_tile = f.tiles.tokens;
+  c.head_group = f.tiles.heads;
+  c.key_tile = f.tiles.key_tile;
+  c.weight_chunk = f.tiles.weight_chunk;
+  c.scratch_level = f.level;
+  c.scratch_bytes = f.bytes;
+}
+
 /// Halves one tile dimension at a time (shrink returns false when none can
 /// shrink) until bytes(tiles) fits level 0; otherwise uses level 1.
 template <class Tiles, class Bytes, class Shrink>
