@@ -34,9 +34,9 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   auto w_uk = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uk);
   auto w_uv = Kokkos::create_mirror_view_and_copy(Mem(), p.w_uv);
   auto out = Kokkos::create_mirror_view(Mem(), p.out);
-  Kokkos::deep_copy(out, T(std::nan("")));  // unwritten elements fail; p.out may be out itself
+  Problem<T>::poison(out);  // unwritten elements fail; p.out may be out itself
   Kokkos::View<float***, Kokkos::LayoutRight, Mem> lse("lse", s.batch, s.queries, s.heads);
-  Kokkos::deep_copy(lse, std::nanf(""));
+  Problem<float>::poison(lse);
   const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
   plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
   Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe()};
