@@ -7,6 +7,7 @@
 #include <KokkosMLA_Attention.hpp>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace KokkosMLA {
@@ -36,7 +37,7 @@ struct CacheArguments {
   using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemorySpace>;
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
-  using Rank3 = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
+  using Lse = Kokkos::View<compute_type<Scalar>***, Kokkos::LayoutRight, MemorySpace>;
 
   ConstRank4 q;       ///< (B, Tq, H, D)
   ConstRank4 q_rope;  ///< (B, Tq, H, Dr) with a RoPE part, else empty
@@ -44,7 +45,7 @@ struct CacheArguments {
   ConstRank3 w_uk;  ///< (R, H, D)
   ConstRank3 w_uv;  ///< (R, H, D)
   Rank4 out;        ///< (B, Tq, H, D)
-  Rank3 lse;        ///< (B, Tq, H) natural-log log-sum-exp of each row, or empty
+  Lse lse;          ///< (B, Tq, H) natural-log log-sum-exp of each row (float for 16-bit Scalars), or empty
 };
 
 /// Extents of a cache-attention problem. capacity: the most tokens a sequence
@@ -79,10 +80,19 @@ CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Sca
 /// and the number of key splits once and owns the split workspace, so that
 /// execute() allocates nothing. The softmax scale defaults to 1/sqrt(D + Dr).
 /// Instances as for Plan. Run concurrent executions on separate CachePlans.
+///
+/// 16-bit Scalars take the tensor-core path on CUDA GPUs of compute
+/// capability 8.0 and newer for DeepSeek's widths (latent_dim 512, rope_dim
+/// 64): queries absorbed and outputs up-projected by cuBLAS (fp32
+/// accumulation), the attention by an mma.sync kernel with an fp32 softmax.
+/// The cache rows must then be 16-byte aligned (as Kokkos allocates them) and
+/// q_rope 4-byte aligned. Every other case gathers the sequences' tokens into
+/// a float cache, runs a float CachePlan and rounds out to Scalar.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class CachePlan {
-  static_assert(std::is_same<Scalar, float>::value || std::is_same<Scalar, double>::value,
-                "KokkosMLA::CachePlan: Scalar must be float or double");
+  static_assert(is_supported_scalar<Scalar>,
+                "KokkosMLA::CachePlan: Scalar must be float, double, or a 16-bit type of "
+                "KokkosMLA_Precision.hpp that this Kokkos has");
   static_assert(Impl::is_supported_space<ExecSpace>,
                 "KokkosMLA::CachePlan: ExecSpace must be Kokkos::DefaultExecutionSpace or "
                 "Kokkos::DefaultHostExecutionSpace");
@@ -104,18 +114,29 @@ class CachePlan {
   const CacheShape& shape() const { return shape_; }
   int splits() const { return splits_; }
   double scale() const { return scale_; }
-  std::size_t workspace_bytes() const { return workspace_.span() * sizeof(Scalar); }
+  /// Bytes this plan holds for its executions (a widened plan's included).
+  std::size_t workspace_bytes() const;
   /// One line: splits, team size, tiles and scratch, for logs.
   std::string describe() const;
 
  private:
+  void plan_native(const ExecSpace& exec);
+  void run_native(const ExecSpace& exec, const arguments& args) const;
+  void run_widened(const ExecSpace& exec, const arguments& args) const;
+
   CacheShape shape_;
   Options options_;
   double scale_ = 1;
   int splits_ = 1;
   bool in_registers_ = false;  ///< the GPU kernel with register accumulators
+  bool tensor_ = false;        ///< the tensor-core path of 16-bit Scalars
   Impl::LaunchConfig config_;
   Kokkos::View<Scalar*, memory_space> workspace_;
+  Kokkos::View<float*, memory_space> parts_;  ///< the tensor-core path's split parts
+  /// A 16-bit plan off the tensor-core path: a float plan and float copies of
+  /// the arguments (defined in the implementation).
+  struct Widened;
+  std::shared_ptr<const Widened> widened_;
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.
@@ -149,21 +170,30 @@ void append_to_cache(
     const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_k_rope = {},
     const Options& opt = {});
 
-#define KOKKOSMLA_DECLARE_CACHE_INSTANCES(SPACE)                                                       \
-  extern template class CachePlan<float, SPACE>;                                                       \
-  extern template class CachePlan<double, SPACE>;                                                      \
+#define KOKKOSMLA_DECLARE_CACHE_INSTANCE(SCALAR, SPACE)                                                \
+  extern template class CachePlan<SCALAR, SPACE>;                                                      \
   extern template CacheShape Impl::validate_cache_arguments(                                           \
-      const char*, const CacheArguments<float, SPACE::memory_space>&, bool);                           \
-  extern template CacheShape Impl::validate_cache_arguments(                                           \
-      const char*, const CacheArguments<double, SPACE::memory_space>&, bool);                          \
-  extern template void append_to_cache(const SPACE&, const LatentCache<float, SPACE::memory_space>&,   \
-                                       const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
-                                       const CacheArguments<float, SPACE::memory_space>::ConstRank3&,  \
-                                       const Options&);                                                \
-  extern template void append_to_cache(const SPACE&, const LatentCache<double, SPACE::memory_space>&,  \
-                                       const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
-                                       const CacheArguments<double, SPACE::memory_space>::ConstRank3&, \
+      const char*, const CacheArguments<SCALAR, SPACE::memory_space>&, bool);                          \
+  extern template void append_to_cache(const SPACE&, const LatentCache<SCALAR, SPACE::memory_space>&,  \
+                                       const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
+                                       const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
                                        const Options&);
+#if KOKKOSMLA_HAS_HALF
+#define KOKKOSMLA_DECLARE_CACHE_HALF(SPACE) \
+  KOKKOSMLA_DECLARE_CACHE_INSTANCE(Kokkos::Experimental::half_t, SPACE)
+#else
+#define KOKKOSMLA_DECLARE_CACHE_HALF(SPACE)
+#endif
+#if KOKKOSMLA_HAS_BHALF
+#define KOKKOSMLA_DECLARE_CACHE_BHALF(SPACE) \
+  KOKKOSMLA_DECLARE_CACHE_INSTANCE(Kokkos::Experimental::bhalf_t, SPACE)
+#else
+#define KOKKOSMLA_DECLARE_CACHE_BHALF(SPACE)
+#endif
+#define KOKKOSMLA_DECLARE_CACHE_INSTANCES(SPACE)  \
+  KOKKOSMLA_DECLARE_CACHE_INSTANCE(float, SPACE)  \
+  KOKKOSMLA_DECLARE_CACHE_INSTANCE(double, SPACE) \
+  KOKKOSMLA_DECLARE_CACHE_HALF(SPACE) KOKKOSMLA_DECLARE_CACHE_BHALF(SPACE)
 KOKKOSMLA_DECLARE_CACHE_INSTANCES(Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
 KOKKOSMLA_DECLARE_CACHE_INSTANCES(Kokkos::DefaultHostExecutionSpace)

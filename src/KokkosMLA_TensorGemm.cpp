@@ -81,17 +81,47 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   }
 }
 
-template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const float*,
-                          const float*, float*);
+template <class T>
+void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
+                       std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
+                       HeadMatrices<T> c) {
+  const std::int64_t extents[] = {heads, rows, cols, inner, a.ld, b.ld, c.ld};
+  for (std::int64_t x : extents)
+    if (x > INT_MAX)
+      throw std::invalid_argument("KokkosMLA: per-head GEMM extent beyond int: " + std::to_string(x));
+  Handle& h = shared_handle();
+  std::lock_guard<std::mutex> lock(h.mutex);
+  if (cublasSetStream(h.handle, exec.cuda_stream()) != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("KokkosMLA: cublasSetStream failed");
+  const float one = 1, zero = 0;
+  const cudaDataType_t type = data_type<T>();
+  // Row-major c = a op(b) is column-major c^T = op(b)^T a^T: b's rows are
+  // column-major columns, so a transposed row-major b is an untransposed
+  // column-major one and vice versa.
+  const cublasStatus_t status = cublasGemmStridedBatchedEx(
+      h.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(rows), int(inner), &one,
+      b.data, type, int(b.ld), b.step, a.data, type, int(a.ld), a.step, &zero, c.data, type, int(c.ld),
+      c.step, int(heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("KokkosMLA: cublasGemmStridedBatchedEx failed with status " +
+                             std::to_string(int(status)));
+}
+
+#define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
+  template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
+                            const T*, T*);
+#define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
+  template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
+                                  std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \
+                                  HeadMatrices<T>);
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
 #if KOKKOSMLA_HAS_HALF
-template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,
-                          const Kokkos::Experimental::half_t*, const Kokkos::Experimental::half_t*,
-                          Kokkos::Experimental::half_t*);
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(Kokkos::Experimental::half_t)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(Kokkos::Experimental::half_t)
 #endif
 #if KOKKOSMLA_HAS_BHALF
-template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,
-                          const Kokkos::Experimental::bhalf_t*, const Kokkos::Experimental::bhalf_t*,
-                          Kokkos::Experimental::bhalf_t*);
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(Kokkos::Experimental::bhalf_t)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(Kokkos::Experimental::bhalf_t)
 #endif
 
 }  // namespace Impl

@@ -160,6 +160,35 @@ inline ::testing::AssertionResult close(const std::vector<double>& got, const st
   return ::testing::AssertionFailure() << o.str();
 }
 
+/// The largest |got - want| (infinite where got is not finite).
+inline double max_error(const std::vector<double>& got, const std::vector<double>& want) {
+  double worst = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    worst = std::isfinite(got[i]) ? std::max(worst, std::abs(got[i] - want[i])) : INFINITY;
+  return worst;
+}
+
+/// x rounded to T, as a framework computing in T would store it.
+template <class T>
+double stored_as(double x) {
+  return static_cast<double>(T(x));
+}
+
+#if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
+/// The 16-bit types this build has.
+using HalfTypes = ::testing::Types<
+#if KOKKOSMLA_HAS_HALF
+    Kokkos::Experimental::half_t
+#endif
+#if KOKKOSMLA_HAS_HALF && KOKKOSMLA_HAS_BHALF
+    ,
+#endif
+#if KOKKOSMLA_HAS_BHALF
+    Kokkos::Experimental::bhalf_t
+#endif
+    >;
+#endif
+
 /// Runs call, expects std::invalid_argument holding every piece of expected,
 /// and checks that untouched still holds the sentinel -7.25 (written first).
 template <class T, class V>

@@ -4,6 +4,8 @@
 
 #include "Reference.hpp"
 
+#include "impl/KokkosMLA_TensorOps.hpp"  // KOKKOSMLA_TENSOR_CORES
+
 #include <algorithm>
 #include <numeric>
 
@@ -49,6 +51,62 @@ struct Logical {
     std::vector<double> v(n);
     for (double& x : v) x = u(rng);
     return v;
+  }
+
+  /// Every input rounded by `stored` (to a storage type's values).
+  void round(double (*stored)(double)) {
+    for (std::vector<double>* v : {&q, &q_rope, &latent, &rope, &w_uk, &w_uv})
+      for (double& x : *v) x = stored(x);
+  }
+
+  /// The same attention in its absorbed form: qa = q w_uk^T per head, logits
+  /// over the latent and RoPE keys, oa = P latent, out = oa w_uv. With
+  /// `stored`, what a 16-bit implementation keeps in its type passes through
+  /// it: qa, the unnormalised probabilities exp(logit - max), oa and out.
+  /// Without, it equals reference() up to rounding in double.
+  std::vector<double> absorbed_reference(const Options& opt, std::vector<double>* lse,
+                                         double (*stored)(double) = nullptr) const {
+    auto keep = [stored](double x) { return stored ? stored(x) : x; };
+    const std::int64_t Tq = c.queries, H = c.heads, D = c.head_dim, R = c.latent_dim, Dr = c.rope_dim;
+    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + Dr));
+    std::vector<double> out(c.batch * Tq * H * D, 0.0), qa(R), oa(R);
+    if (lse) lse->assign(c.batch * Tq * H, 0.0);
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t t = 0; t < Tq; ++t)
+        for (std::int64_t h = 0; h < H; ++h) {
+          const std::int64_t length = c.lengths[b], last = opt.causal ? length - Tq + t : length - 1;
+          const std::int64_t row = (b * Tq + t) * H + h;
+          for (std::int64_t r = 0; r < R; ++r) {
+            double x = 0;
+            for (std::int64_t d = 0; d < D; ++d) x += q[row * D + d] * w_uk[(r * H + h) * D + d];
+            qa[r] = keep(x);
+          }
+          std::vector<double> logits(last + 1);
+          double mx = -INFINITY;
+          for (std::int64_t s = 0; s <= last; ++s) {
+            double dot = 0;
+            for (std::int64_t r = 0; r < R; ++r) dot += qa[r] * latent[(b * c.capacity + s) * R + r];
+            for (std::int64_t e = 0; e < Dr; ++e)
+              dot += q_rope[row * Dr + e] * rope[(b * c.capacity + s) * Dr + e];
+            logits[s] = scale * dot;
+            mx = std::max(mx, logits[s]);
+          }
+          double sum = 0;
+          for (double& x : logits) sum += (x = std::exp(x - mx));
+          if (lse) (*lse)[row] = mx + std::log(sum);
+          std::fill(oa.begin(), oa.end(), 0.0);
+          for (std::int64_t s = 0; s <= last; ++s) {
+            const double p = keep(logits[s]);
+            for (std::int64_t r = 0; r < R; ++r) oa[r] += p * latent[(b * c.capacity + s) * R + r];
+          }
+          for (double& x : oa) x = keep(x / sum);
+          for (std::int64_t d = 0; d < D; ++d) {
+            double x = 0;
+            for (std::int64_t r = 0; r < R; ++r) x += oa[r] * w_uv[(r * H + h) * D + d];
+            out[row * D + d] = keep(x);
+          }
+        }
+    return out;
   }
 
   /// out (B,Tq,H,D) and lse (B,Tq,H), decompressing K and V row by row.
@@ -173,9 +231,9 @@ CacheArguments<T> arguments(const Logical& l, const DeviceCache<T>& dc) {
   a.w_uk = to_device3<T>(l.w_uk, c.latent_dim, c.heads, c.head_dim);
   a.w_uv = to_device3<T>(l.w_uv, c.latent_dim, c.heads, c.head_dim);
   a.out = View4<T>("out", c.batch, c.queries, c.heads, c.head_dim);
-  a.lse = View3<T>("lse", c.batch, c.queries, c.heads);
+  a.lse = typename CacheArguments<T>::Lse("lse", c.batch, c.queries, c.heads);
   Kokkos::deep_copy(a.out, T(std::nan("")));
-  Kokkos::deep_copy(a.lse, T(std::nan("")));
+  Kokkos::deep_copy(a.lse, std::nan(""));
   return a;
 }
 
@@ -472,6 +530,140 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
   negative.kv_splits = -1;
   EXPECT_THROW(CachePlan<T>(Space(), cache_shape(good), negative), std::invalid_argument);
 }
+
+/// The absorbed form that models 16-bit implementations is the same
+/// attention: without rounding it equals the decompressed reference.
+TEST(CacheReference, AbsorbedFormEqualsDecompressed) {
+  std::uint64_t seed = 600;
+  for (const CacheCase& c : cases())
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(describe(c) + " causal=" + std::to_string(causal));
+      const Logical l(c, ++seed);
+      Options opt;
+      opt.causal = causal;
+      std::vector<double> lse, absorbed_lse;
+      const std::vector<double> plain = l.reference(opt, &lse);
+      EXPECT_TRUE(close(l.absorbed_reference(opt, &absorbed_lse), plain, 1e-12, shape_of(c)));
+      EXPECT_TRUE(close(absorbed_lse, lse, 1e-12, lse_shape_of(c)));
+    }
+}
+
+#if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
+/// Cases of DeepSeek's widths (latent 512, RoPE 64: the tensor-core kernel on
+/// CUDA), tails in every extent, and one the tensor-core kernel does not take.
+std::vector<CacheCase> half_cases() {
+  return {
+      {1, 1, 1, 16, 512, 64, 1, 0, false, {1}},                 // one of everything
+      {3, 1, 16, 16, 512, 64, 320, 64, false, {320, 300, 17}},  // decode, page 64, ragged
+      {2, 2, 20, 8, 512, 64, 96, 16, true, {96, 33}},           // packed, Tq = 2, 20 heads
+      {2, 3, 5, 8, 512, 64, 50, 0, false, {50, 3}},             // contiguous, a length of Tq
+      {1, 1, 128, 8, 512, 64, 200, 1, true, {200}},             // 128 heads, page size 1
+      {2, 1, 16, 8, 512, 64, 96, 24, false, {96, 50}},          // pages that 16-key steps cross
+      {2, 2, 3, 8, 24, 4, 20, 4, false, {20, 9}},               // other widths: widened
+  };
+}
+
+/// Copies of a call's arguments in another memory space (out and lse NaN).
+template <class Mem, class T>
+CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
+  CacheArguments<T, Mem> m;
+  m.q = Kokkos::create_mirror_view_and_copy(Mem(), a.q);
+  m.cache.latent = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.latent);
+  // Absent optional views stay absent (default-constructed).
+  if (a.q_rope.size() > 0) m.q_rope = Kokkos::create_mirror_view_and_copy(Mem(), a.q_rope);
+  if (a.cache.k_rope.size() > 0) m.cache.k_rope = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.k_rope);
+  if (a.cache.block_table.size() > 0)
+    m.cache.block_table = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.block_table);
+  m.cache.seqlens = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.seqlens);
+  m.w_uk = Kokkos::create_mirror_view_and_copy(Mem(), a.w_uk);
+  m.w_uv = Kokkos::create_mirror_view_and_copy(Mem(), a.w_uv);
+  m.out = Kokkos::create_mirror_view(Mem(), a.out);
+  m.lse = Kokkos::create_mirror_view(Mem(), a.lse);
+  Kokkos::deep_copy(m.out, T(std::nan("")));
+  Kokkos::deep_copy(m.lse, std::nan(""));
+  return m;
+}
+
+/// A CachePlan<T, ExecSpace> on a case with inputs rounded to T: out and lse
+/// within twice the error of the modelled 16-bit framework. Returns the plan's description.
+template <class ExecSpace, class T>
+std::string expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed) {
+  Logical l(c, seed);
+  l.round(&stored_as<T>);
+  std::vector<double> exact_lse, model_lse;
+  const std::vector<double> exact = l.reference(opt, &exact_lse);
+  const std::vector<double> model = l.absorbed_reference(opt, &model_lse, &stored_as<T>);
+  const DeviceCache<T> dc(l, seed);
+  const auto a = arguments_in<typename ExecSpace::memory_space>(arguments(l, dc));
+  const CachePlan<T, ExecSpace> plan(ExecSpace(), cache_shape(a), opt);
+  plan.execute(ExecSpace(), a);
+  const double bound = 2 * max_error(model, exact) + 1e-7;
+  const double lse_bound = 2 * max_error(model_lse, exact_lse) + 1e-6;
+  EXPECT_LE(max_error(Problem<T>::host_copy(a.out), exact), bound) << plan.describe();
+  EXPECT_LE(max_error(Problem<T>::host_copy(a.lse), exact_lse), lse_bound) << plan.describe();
+  return plan.describe();
+}
+
+template <class T>
+class HalfCache : public ::testing::Test {};
+TYPED_TEST_SUITE(HalfCache, HalfTypes);
+
+TYPED_TEST(HalfCache, DeviceWithinTwiceFrameworkError) {
+  std::uint64_t seed = 700;
+  for (const CacheCase& c : half_cases())
+    for (bool causal : {true, false})
+      for (int splits : {0, 1, 3, 64}) {
+        SCOPED_TRACE(describe(c) + " causal=" + std::to_string(causal) + " splits=" + std::to_string(splits));
+        Options opt;
+        opt.causal = causal;
+        opt.kv_splits = splits;
+        expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed);
+      }
+}
+
+TYPED_TEST(HalfCache, HostWithinTwiceFrameworkError) {
+  std::uint64_t seed = 800;
+  for (const CacheCase& c : {half_cases()[1], half_cases()[2], half_cases()[5]}) {
+    SCOPED_TRACE(describe(c));
+    const std::string plan =
+        expect_cache_accurate<Kokkos::DefaultHostExecutionSpace, TypeParam>(c, {}, ++seed);
+    EXPECT_NE(plan.find("widened to float"), std::string::npos) << plan;
+  }
+}
+
+TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
+  using T = TypeParam;
+  CacheShape deepseek{2, 1, 16, 128, 512, 64, 256}, other = deepseek;
+  other.rope_dim = 32;
+  const std::string on_device = CachePlan<T>(Space(), deepseek).describe();
+  const std::string widths = CachePlan<T>(Space(), other).describe();
+  EXPECT_NE(widths.find("widened to float"), std::string::npos) << widths;
+#ifdef KOKKOSMLA_TENSOR_CORES
+  EXPECT_NE(on_device.find("on tensor cores"), std::string::npos) << on_device;
+#else
+  EXPECT_NE(on_device.find("widened to float"), std::string::npos) << on_device;
+#endif
+}
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+// The tensor-core kernel copies cache rows in 16-byte pieces: a latent view
+// that starts one element off is refused before anything runs.
+TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {
+  using T = TypeParam;
+  const CacheCase c = half_cases()[1];
+  Logical l(c, 3);
+  l.round(&stored_as<T>);
+  const DeviceCache<T> dc(l, 3);
+  CacheArguments<T> a = arguments(l, dc);
+  const auto& latent = dc.cache.latent;
+  Kokkos::View<T*, Space> spare("spare", latent.size() + 1);
+  a.cache.latent =
+      typename LatentCache<T>::Tokens(spare.data() + 1, latent.extent(0), latent.extent(1), latent.extent(2));
+  const CachePlan<T> plan(Space(), cache_shape(a));
+  expect_rejected<T>([&] { plan.execute(Space(), a); }, {"cache.latent", "16-byte aligned"}, a.out);
+}
+#endif
+#endif
 
 }  // namespace
 }  // namespace Test

@@ -93,30 +93,6 @@ namespace KokkosMLA {
 namespace Test {
 namespace {
 
-using HalfTypes = ::testing::Types<
-#if KOKKOSMLA_HAS_HALF
-    Kokkos::Experimental::half_t
-#endif
-#if KOKKOSMLA_HAS_HALF && KOKKOSMLA_HAS_BHALF
-    ,
-#endif
-#if KOKKOSMLA_HAS_BHALF
-    Kokkos::Experimental::bhalf_t
-#endif
-    >;
-
-template <class T>
-double stored_as(double x) {
-  return static_cast<double>(T(x));
-}
-
-double max_error(const std::vector<double>& got, const std::vector<double>& want) {
-  double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    worst = std::isfinite(got[i]) ? std::max(worst, std::abs(got[i] - want[i])) : INFINITY;
-  return worst;
-}
-
 /// Checks out and lse of a Plan<T, ExecSpace> against the float64 reference,
 /// each within twice the modelled framework error.
 template <class ExecSpace, class T>

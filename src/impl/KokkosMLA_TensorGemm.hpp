@@ -1,6 +1,7 @@
 #ifndef KOKKOSMLA_TENSORGEMM_HPP
 #define KOKKOSMLA_TENSORGEMM_HPP
-// The tensor-core path's K and V on CUDA: cuBLAS with 16-bit inputs and
+// The tensor-core paths' GEMMs on CUDA (the prefill's K and V, the decode's
+// per-head absorption and up-projection): cuBLAS with 16-bit inputs and
 // outputs and fp32 accumulation (Kokkos Kernels' GEMM has no such
 // mixed-precision path), or fp32 with TF32 products.
 
@@ -16,6 +17,22 @@ namespace Impl {
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
                  const T* a, const T* b, T* c);
+
+/// A row-major matrix of each head: head h's starts at data + h * step, its
+/// rows ld elements apart.
+template <class T>
+struct HeadMatrices {
+  T* data;
+  std::int64_t ld, step;
+};
+
+/// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
+/// transpose_b, a_h b_h^T (b_h cols x inner); a_h is rows x inner and c_h
+/// rows x cols. One batched cuBLAS call on exec's stream, fp32 accumulation.
+template <class T>
+void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
+                       std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
+                       HeadMatrices<T> c);
 
 }  // namespace Impl
 }  // namespace KokkosMLA

@@ -1,0 +1,392 @@
+#ifndef KOKKOSMLA_DECODETENSORKERNEL_HPP
+#define KOKKOSMLA_DECODETENSORKERNEL_HPP
+// Cache attention on tensor cores, for 16-bit caches of DeepSeek's widths
+// (latent R = 512, RoPE keys Dr = 64) on CUDA GPUs of compute capability 8.0
+// and newer. The plan absorbs the queries first (qa = q w_uk^T per head, a
+// batched cuBLAS GEMM, 16-bit) and up-projects after (out = oa w_uv); this
+// kernel is the attention between, over the 576-wide rows [latent, RoPE key]:
+//   S = [qa, q_rope] [latent, k_rope]^T * scale,  oa = softmax(S) latent.
+//
+// A team is 4 warps over 16 query rows of one sequence (its heads and query
+// tokens, flattened) and one part of its keys. A warp cannot hold 16 rows of
+// both the 576-wide queries and the 512-wide oa in registers, so the warps
+// split the work by columns: warp w keeps columns 144w .. 144w+143 of the
+// query rows as mma.sync A fragments (36 registers) and owns output columns
+// 128w .. 128w+127 (64 accumulator registers). Per step of 16 keys:
+//   each warp's partial S over its 144 columns (18 m16n8k16 products) goes to
+//   shared memory; after a barrier every warp sums the four partials in the
+//   same order (so all hold the same S), runs the online softmax on it, and
+//   accumulates P V for its columns (16 products), P staying in registers.
+// Key tiles (16 keys x 576, 18 KB) are double-buffered: the copy of the next
+// tile overlaps this one's arithmetic, and the tiles kPrefetch steps ahead are
+// requested into L2 (no shared memory needed), so that copies wait on L2. Two tiles and the partial scores
+// take 41.5 KB, within what Kokkos lets a 128-thread team have (48 KB less its team-reduction reserve); three
+// tiles would not fit.
+//
+// Teams of one sequence and part are adjacent in the league, so that a
+// sequence's row groups (8 for 128 heads) read its keys from L2 once fetched.
+// With several parts (split-KV), each writes fp32 oa and lse, and
+// DecodeMergeKernel combines them; with one, the kernel writes oa in 16 bits.
+
+#include "KokkosMLA_Launch.hpp"
+#include "KokkosMLA_TensorOps.hpp"
+
+#ifdef KOKKOSMLA_TENSOR_CORES
+namespace KokkosMLA {
+namespace Impl {
+
+template <class T>
+struct DecodeTensorKernel {
+  using Element = std::uint16_t;
+  using Ops = Mma<T>;
+  static constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
+  static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr int kRows = 16;                      // query rows per team
+  static constexpr int kKeys = 16;                      // keys per step
+  static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
+  static constexpr int kWarpColumns = kWidth / kWarps;  // 144 score-contraction columns per warp
+  static constexpr int kSlices = kWarpColumns / 16;     // 9 k16 slices
+  static constexpr int kWarpOut = kRank / kWarps;       // 128 output columns per warp
+  static constexpr int kOutTiles = kWarpOut / 8;        // 16 n8 tiles
+  static constexpr int kPieces = kWidth / 8;            // 16-byte copies per key row (72)
+  static constexpr int kLatentPieces = kRank / 8;       // of which from the latent (64)
+  static constexpr int kCopies = kKeys * kPieces / kThreads;  // per thread per tile (9)
+  static_assert(kKeys * kPieces % kThreads == 0, "whole copies per thread");
+  static_assert(kRank % 16 == 0 && kWarpColumns % 16 == 0, "slices do not straddle the RoPE part");
+  static constexpr bool needs_full_team = true;
+  using bounds = Kokkos::LaunchBounds<kThreads, 3>;
+  using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
+
+  const T* qa;          // (B, Tq, H, R) absorbed queries, unscaled
+  const T* q_rope;      // (B, Tq, H, Dr)
+  LatentKeys<T> cache;  // rows of R latent and Dr RoPE elements
+  T* oa;                // (B, Tq, H, R), with one part
+  float* parts;         // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
+  float* lse;           // (B, Tq, H) or null, with one part
+  std::int64_t batch, queries, heads;
+  int splits = 1;
+  float scale;
+  bool causal;
+  int scratch_level = 0;
+
+  /// Steps of keys whose copies are requested into L2 ahead of their turn.
+  static constexpr int kPrefetch = 4;
+
+  static constexpr std::size_t kAlignment = 16;
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
+    return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
+           std::size_t(kWarps) * kRows * kKeys * sizeof(float) + kAlignment;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + kRows - 1) / kRows; }
+  std::int64_t league_size() const { return batch * splits * row_groups(); }
+
+  /// Keys of sequence b that part p attends to: whole 16-key steps but the last.
+  KOKKOS_INLINE_FUNCTION void part_range(std::int64_t length, int p, std::int64_t& begin,
+                                         std::int64_t& end) const {
+    const std::int64_t steps = (length + kKeys - 1) / kKeys, per_part = (steps + splits - 1) / splits;
+    begin = p * per_part * kKeys;
+    end = (p + 1) * per_part * kKeys < length ? (p + 1) * per_part * kKeys : length;
+    if (begin > end) begin = end;
+  }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+#ifdef __CUDA_ARCH__
+    attend(team);
+#else
+    (void)team;
+#endif
+  }
+
+#ifdef __CUDA_ARCH__
+  /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from `end`
+  /// on) into a tile as one group. Thread `rank` copies key rank / 8: the
+  /// latent's 16-byte pieces rank % 8 + 8j (eight threads read 128 contiguous
+  /// bytes per j) and RoPE piece rank % 8; one cache-row lookup per thread.
+  __device__ void stage(std::int64_t b, std::int64_t k0, std::int64_t end, Element* tile, int rank) const {
+    static_assert(kThreads == 8 * kKeys && kLatentPieces % 8 == 0 && kPieces - kLatentPieces == 8,
+                  "eight threads per key, one RoPE piece each");
+    const int key = rank / 8, piece = rank % 8;
+    const bool valid = k0 + key < end;
+    const std::int64_t row = valid ? cache.row(b, k0 + key) : 0;
+    const T* latent = cache.latent + row * cache.latent_ld + piece * 8;
+    Element* to = tile + key * kLd + piece * 8;
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < kLatentPieces / 8; ++j) copy_async(to + 64 * j, latent + 64 * j, valid);
+    copy_async(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
+    commit_copies();
+  }
+
+  /// Brings the 128-byte lines of keys k0 .. k0 + kKeys - 1 (before `end`)
+  /// into L2, so that their copy, kPrefetch steps later, waits on L2 rather
+  /// than DRAM: thread `rank` asks for line rank % 8 of key rank / 8's latent
+  /// row, and the first of its eight threads for the RoPE key.
+  __device__ void prefetch(std::int64_t b, std::int64_t k0, std::int64_t end, int rank) const {
+    const int key = rank / 8, line = rank % 8;
+    if (k0 + key >= end) return;
+    const std::int64_t row = cache.row(b, k0 + key);
+    prefetch_to_l2(cache.latent + row * cache.latent_ld + line * 64);
+    if (line == 0) prefetch_to_l2(cache.rope + row * cache.rope_ld);
+  }
+
+  __device__ void attend(const Member& team) const {
+    const int rank = team.team_rank(), warp = rank / 32, lane = rank % 32;
+    const int g = lane / 4, t = lane % 4;  // fragment row and column pair
+    const std::int64_t groups = row_groups();
+    const std::int64_t group = team.league_rank() % groups;
+    const int part = int(team.league_rank() / groups % splits);
+    const std::int64_t b = team.league_rank() / (groups * splits);
+    const std::int64_t rows = queries * heads,
+                       first = group * kRows;  // the sequence's rows, this team's first
+
+    auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
+    auto* tiles = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
+                                             ~std::uintptr_t(kAlignment - 1));
+    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);  // (warp, row, key)
+
+    // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
+    const std::int64_t length = cache.length(b);
+    auto row_end = [&](std::int64_t n) {
+      return causal && n < rows ? length - queries + n / heads + 1 : length;
+    };
+    std::int64_t begin, end;
+    part_range(length, part, begin, end);
+    const std::int64_t last = (first + kRows < rows ? first + kRows : rows) - 1;
+    const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;     // the last row sees most
+    const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
+    if (begin < team_end) stage(b, begin, team_end, tiles, rank);
+    for (int j = 1; j <= kPrefetch; ++j) prefetch(b, begin + j * kKeys, team_end, rank);
+
+    // Rows g and g + 8 of the team, columns 144 warp .. of [qa, q_rope], as A fragments.
+    const std::int64_t n0 = first + g, n1 = n0 + 8;
+    unsigned qf[kSlices][4];
+    {
+      const auto* qa_seq = reinterpret_cast<const Element*>(qa) + b * rows * kRank;
+      const auto* rope_seq = reinterpret_cast<const Element*>(q_rope) + b * rows * kRope;
+      auto pair = [&](std::int64_t n, int col) -> unsigned {
+        if (n >= rows) return 0u;
+        const Element* at = col < kRank ? qa_seq + n * kRank + col : rope_seq + n * kRope + col - kRank;
+        return *reinterpret_cast<const unsigned*>(at);
+      };
+      KOKKOSMLA_UNROLL
+      for (int kk = 0; kk < kSlices; ++kk) {
+        const int col = warp * kWarpColumns + kk * 16 + 2 * t;
+        qf[kk][0] = pair(n0, col);
+        qf[kk][1] = pair(n1, col);
+        qf[kk][2] = pair(n0, col + 8);
+        qf[kk][3] = pair(n1, col + 8);
+      }
+    }
+    const std::int64_t end0 = row_end(n0) < end ? row_end(n0) : end;
+    const std::int64_t end1 = row_end(n1) < end ? row_end(n1) : end;
+
+    float o[kOutTiles][4];
+    KOKKOSMLA_UNROLL
+    for (int n = 0; n < kOutTiles; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (log2 units), lane's sums
+    const float scale2 = scale * 1.4426950408889634f;        // exp(x) = exp2(x log2(e))
+
+    int buffer = 0;
+    for (std::int64_t k0 = begin; k0 < team_end; k0 += kKeys, buffer ^= 1) {
+      const Element* tile = tiles + buffer * kKeys * kLd;
+      wait_copies<0>();
+      team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
+      if (k0 + kKeys < team_end) stage(b, k0 + kKeys, team_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
+      prefetch(b, k0 + (kPrefetch + 1) * kKeys, team_end, rank);
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      partial_scores(s, qf, tile + warp * kWarpColumns, lane);
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < 2; ++n) {
+        float* at = partial + (warp * kRows + g) * kKeys + n * 8 + 2 * t;
+        *reinterpret_cast<float2*>(at) = make_float2(s[n][0], s[n][1]);
+        *reinterpret_cast<float2*>(at + 8 * kKeys) = make_float2(s[n][2], s[n][3]);
+      }
+      team.team_barrier();
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < 2; ++n) {
+        float sum[4] = {0.f, 0.f, 0.f, 0.f};
+        KOKKOSMLA_UNROLL
+        for (int w = 0; w < kWarps; ++w) {  // the same order in every warp: the same S
+          const float* at = partial + (w * kRows + g) * kKeys + n * 8 + 2 * t;
+          const float2 top = *reinterpret_cast<const float2*>(at);
+          const float2 bottom = *reinterpret_cast<const float2*>(at + 8 * kKeys);
+          sum[0] += top.x, sum[1] += top.y, sum[2] += bottom.x, sum[3] += bottom.y;
+        }
+        KOKKOSMLA_UNROLL
+        for (int e = 0; e < 4; ++e) s[n][e] = sum[e];
+      }
+      const bool edge = k0 + kKeys > edge_from;
+      softmax_step(s, o, m, l, edge, int(end0 - k0), int(end1 - k0), t, scale2);
+      accumulate(o, s, tile + warp * kWarpOut, lane);
+    }
+    team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
+    finish(o, m, l, b, part, n0, t, warp, rows);
+  }
+
+  /// s = Q K^T over this warp's 144 columns of the tile (rows from `ks`), in
+  /// two interleaved sums (even and odd slices) so that consecutive products
+  /// do not wait on each other. ldmatrix matrices: (keys +0, col +0), (+0, +8),
+  /// (+8, +0), (+8, +8).
+  __device__ static void partial_scores(float (&s)[2][4], const unsigned (&qf)[kSlices][4], const Element* ks,
+                                        int lane) {
+    const int row = (lane % 8) + 8 * (lane / 16), col = 8 * ((lane / 8) % 2);
+    float odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) {
+      unsigned kb[4];
+      load_matrices(ks + row * kLd + kk * 16 + col, kb);
+      float(&sum)[2][4] = kk % 2 ? odd : s;
+      Ops::run(sum[0], qf[kk], kb[0], kb[1]);
+      Ops::run(sum[1], qf[kk], kb[2], kb[3]);
+    }
+    KOKKOSMLA_UNROLL
+    for (int n = 0; n < 2; ++n) {
+      KOKKOSMLA_UNROLL
+      for (int e = 0; e < 4; ++e) s[n][e] += odd[n][e];
+    }
+  }
+
+  /// o += P V over this warp's 128 output columns (from `vs`), V transposed
+  /// by ldmatrix: matrices (keys +0, col +0), (+8, +0), (+0, +8), (+8, +8).
+  __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[2][4], const Element* vs,
+                                    int lane) {
+    const int row = (lane % 8) + 8 * ((lane / 8) % 2), col = 8 * (lane / 16);
+    const unsigned pa[4] = {Ops::pack(p[0][0], p[0][1]), Ops::pack(p[0][2], p[0][3]),
+                            Ops::pack(p[1][0], p[1][1]), Ops::pack(p[1][2], p[1][3])};
+    KOKKOSMLA_UNROLL
+    for (int dn = 0; dn < kOutTiles / 2; ++dn) {
+      unsigned vb[4];
+      load_matrices_transposed(vs + row * kLd + dn * 16 + col, vb);
+      Ops::run(o[2 * dn], pa, vb[0], vb[1]);
+      Ops::run(o[2 * dn + 1], pa, vb[2], vb[3]);
+    }
+  }
+
+  /// Scales the step's scores, masks keys from visible0 / visible1 on (rows g,
+  /// g + 8) on an edge step, updates the running max and sums, rescales o, and leaves the
+  /// unnormalised probabilities in s. A row that has seen no key yet keeps
+  /// max -inf and contributes zeros.
+  __device__ static void softmax_step(float (&s)[2][4], float (&o)[kOutTiles][4], float (&m)[2],
+                                      float (&l)[2], bool edge, int visible0, int visible1, int t,
+                                      float scale2) {
+    const int visible[2] = {visible0, visible1};
+    float mx[2] = {m[0], m[1]};
+    KOKKOSMLA_UNROLL
+    for (int n = 0; n < 2; ++n) {
+      KOKKOSMLA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] *= scale2;
+        if (edge && n * 8 + 2 * t + (e & 1) >= visible[e / 2]) s[n][e] = -INFINITY;
+        mx[e / 2] = fmaxf(mx[e / 2], s[n][e]);
+      }
+    }
+    float base[2];
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+      base[r] = mx[r] == -INFINITY ? 0.f : mx[r];
+      const float correction = fast_exp2(m[r] - base[r]);  // 0 while m is -inf
+      m[r] = mx[r];
+      l[r] *= correction;
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < kOutTiles; ++n) o[n][2 * r] *= correction, o[n][2 * r + 1] *= correction;
+    }
+    KOKKOSMLA_UNROLL
+    for (int n = 0; n < 2; ++n) {
+      KOKKOSMLA_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        s[n][e] = fast_exp2(s[n][e] - base[e / 2]);
+        l[e / 2] += s[n][e];
+      }
+    }
+  }
+
+  /// Normalises and writes this lane's oa of rows n0 and n0 + 8 (this warp's
+  /// columns), and lse: to oa and lse with one part, to the part's fp32 rows otherwise.
+  __device__ void finish(const float (&o)[kOutTiles][4], const float (&m)[2], float (&l)[2], std::int64_t b,
+                         int part, std::int64_t n0, int t, int warp, std::int64_t rows) const {
+    const std::int64_t all_rows = batch * rows;
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const std::int64_t n = n0 + 8 * r;
+      if (n >= rows) continue;
+      const std::int64_t row = b * rows + n;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      const float row_lse = l[r] > 0.f ? m[r] * 0.6931471805599453f + logf(l[r]) : -INFINITY;
+      if (splits == 1) {
+        auto* out = reinterpret_cast<Element*>(oa) + row * kRank + warp * kWarpOut + 2 * t;
+        KOKKOSMLA_UNROLL
+        for (int j = 0; j < kOutTiles; ++j)
+          *reinterpret_cast<unsigned*>(out + 8 * j) = Ops::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        if (lse && warp == 0 && t == 0) lse[row] = row_lse;
+      } else {
+        float* out = parts + (part * all_rows + row) * kRank + warp * kWarpOut + 2 * t;
+        KOKKOSMLA_UNROLL
+        for (int j = 0; j < kOutTiles; ++j)
+          *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
+        if (warp == 0 && t == 0) parts[splits * all_rows * kRank + part * all_rows + row] = row_lse;
+      }
+    }
+  }
+#endif
+};
+
+/// Combines the parts of DecodeTensorKernel: oa (16-bit) and lse of each row
+/// from the parts' fp32 oa weighted by exp(lse_p - lse). A team per row; a
+/// part that saw no key (lse -inf) has weight 0, a row that saw none gets 0.
+template <class T>
+struct DecodeMergeKernel {
+  static constexpr int kRank = DecodeTensorKernel<T>::kRank;
+  static constexpr int kMaxSplits = 64;
+  static constexpr bool needs_full_team = false;
+  using bounds = Kokkos::LaunchBounds<>;
+  using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda>::member_type;
+
+  const float* parts;  // (splits, rows, R) then (splits, rows) lse
+  T* oa;               // (rows, R)
+  float* lse;          // (rows) or null
+  std::int64_t rows;
+  int splits;
+  int scratch_level = 0;
+
+  std::int64_t league_size() const { return rows; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t row = team.league_rank();
+    const float* part_lse = parts + splits * rows * kRank;
+    float top = -INFINITY;
+    for (int p = 0; p < splits; ++p) top = fmaxf(top, part_lse[p * rows + row]);
+    float weight[kMaxSplits], total = 0.f;
+    for (int p = 0; p < splits; ++p) {
+      weight[p] = top == -INFINITY ? 0.f : expf(part_lse[p * rows + row] - top);
+      total += weight[p];
+    }
+    for (int p = 0; p < splits; ++p) weight[p] = total > 0.f ? weight[p] / total : 0.f;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRank), [&](const int c) {
+      float x = 0.f;
+      for (int p = 0; p < splits; ++p)
+        if (weight[p] > 0.f) x += weight[p] * parts[(p * rows + row) * kRank + c];
+      oa[row * kRank + c] = T(x);
+    });
+    if (lse && team.team_rank() == 0) lse[row] = total > 0.f ? top + logf(total) : -INFINITY;
+  }
+};
+
+/// Runs a bound DecodeTensorKernel, then, with several parts, their merge into k.oa and k.lse.
+template <class T>
+void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T>& k) {
+  using Kernel = DecodeTensorKernel<T>;
+  launch(exec, "KokkosMLA::CacheAttention::attend_tensor", k, Kernel::kThreads, Kernel::scratch_bytes(), true,
+         typename Kernel::bounds());
+  if (k.splits > 1)
+    launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
+           DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits}, 128, 0);
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif  // KOKKOSMLA_TENSOR_CORES
+#endif
