@@ -5,14 +5,22 @@ shape [B,Tq,H,D,R], Tq, S, page, Dr, dtype, impl, backend, ms (median),
 relerr (against float64), GBps (the cache read once + q + out) and TFLOP/s,
 and the device's copy bandwidth and SGEMM rate measured in the same run.
 
-PyTorch baseline (fp32, TF32 off), on a contiguous cache:
+PyTorch baseline (TF32 off), in the same dtype, on a contiguous cache:
   qa = q . w_uk^T per head (the query absorbed into the latent space),
   scores = scale * (qa . latent^T + q_rope . k_rope^T), causal for Tq > 1,
   softmax, oa = p . latent, out = oa . w_uv per head.
 
+With --dtype bfloat16 it also times the bf16 tensor-core attention alone
+(decode_attention/bf16/..., absorbed queries in, oa out) as FlashMLA's own
+benchmark times its kernel, and with --flashmla FILE adds the lines of a
+FlashMLA benchmark run on the same GPU ("flashmla b=.. s_q=1 h_q=.. s_k=..
+time_us=.."); these rows count FLOPs and bytes by FlashMLA's formulas
+(attention only: 2 B H S (576 + 512) FLOPs; cache + q + oa bytes).
+
   compare_decode.py --bench build/perf_tests/kokkosmla_perf_tests --out perf_tests/results/h200.jsonl --append
+  compare_decode.py --bench ... --dtype bfloat16 --filter _Tq1_ --flashmla flashmla.txt --out ...
 """
-import argparse, json, math, re
+import argparse, json, math, os, re
 
 from compare_torch import benchmark_medians
 
@@ -24,21 +32,42 @@ def decode_flops(B, Tq, H, S):
     return B * Tq * H * (4 * D * R + 2 * S * (R + DR) + 2 * S * R)
 
 
-def decode_bytes(B, Tq, H, S):
-    return 4 * (B * S * (R + DR) + B * Tq * H * (2 * D + DR))
+# Benchmark name prefix, row label and element size of each dtype.
+TYPES = {"float32": ("float", "float32", 4), "bfloat16": ("bf16", "bf16", 2)}
+
+
+def decode_bytes(B, Tq, H, S, size=4):
+    return size * (B * S * (R + DR) + B * Tq * H * (2 * D + DR))
+
+
+def attention_flops(B, Tq, H, S):
+    return 2 * B * Tq * H * S * (R + DR + R)
+
+
+def attention_bytes(B, Tq, H, S):
+    return 2 * (B * S * (R + DR) + B * Tq * H * (R + DR + R))
 
 
 def name(B, Tq, H, S):
     return "B%d_Tq%d_H%d_S%d_R%d_Dr%d_P%d" % (B, Tq, H, S, R, DR, PAGE)
 
 
-def row(B, Tq, H, S, impl, backend, ms, relerr):
-    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype="float32", impl=impl, backend=backend,
-                ms=round(ms, 5), relerr=relerr, GBps=round(decode_bytes(B, Tq, H, S) / ms / 1e6, 1),
+def row(B, Tq, H, S, impl, backend, ms, relerr, dtype="float32"):
+    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=TYPES[dtype][1], impl=impl,
+                backend=backend, ms=round(ms, 5), relerr=relerr,
+                GBps=round(decode_bytes(B, Tq, H, S, TYPES[dtype][2]) / ms / 1e6, 1),
                 tflops=round(decode_flops(B, Tq, H, S) / ms / 1e9, 3))
 
 
-def run_torch(shapes):
+def attention_row(B, Tq, H, S, impl, backend, ms):
+    """A row of the attention alone, counted as FlashMLA counts it."""
+    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype="bf16", impl=impl, backend=backend,
+                ms=round(ms, 5), relerr=None, counted="flashmla-attention",
+                GBps=round(attention_bytes(B, Tq, H, S) / ms / 1e6, 1),
+                tflops=round(attention_flops(B, Tq, H, S) / ms / 1e9, 3))
+
+
+def run_torch(shapes, dtype="float32"):
     import torch
     import triton.testing as tt
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -63,12 +92,13 @@ def run_torch(shapes):
                 torch.randn(B, S, R, device=dev, generator=g), torch.randn(B, S, DR, device=dev, generator=g),
                 torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R),
                 torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)]
+        args = [a.to(getattr(torch, dtype)) for a in args]
         out = decode(*args)
         ref = decode(*[a.double() for a in args])
         err = float((out.double() - ref).norm() / ref.norm())
         del out, ref
         ms = tt.do_bench(lambda: decode(*args), warmup=25, rep=200, return_mode="median")
-        r = row(B, Tq, H, S, "torch-absorbed-decode", "torch-cuda", ms, err)
+        r = row(B, Tq, H, S, "torch-absorbed-decode", "torch-cuda", ms, err, dtype)
         rows.append(r)
         print(json.dumps(r), flush=True)
         del args
@@ -85,14 +115,35 @@ def run_torch(shapes):
 
 
 def run_ours(args, shapes):
-    flt = "decode/float/(%s)" % "|".join(name(*s) for s in shapes)
+    names = "|".join(name(*s) for s in shapes)
+    prefix = TYPES[args.dtype][0]
+    flt = "^decode/%s/(%s)" % (prefix, names)
+    if args.dtype == "bfloat16":
+        flt = "^decode(_attention)?/%s/(%s)" % (prefix, names)
     rows = []
     for b in benchmark_medians(args.bench, args.repetitions, flt)[0]:
-        B, Tq, H, S = (int(x) for x in re.findall(r"\d+", b["run_name"].split("/")[2])[:4])
-        r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"))
+        kind, _, shape = b["run_name"].split("/")[:3]
+        B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
+        if kind == "decode_attention":
+            r = attention_row(B, Tq, H, S, "kokkosmla-decode-attention", args.backend, b["real_time"])
+        else:
+            r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"), args.dtype)
+            r["plan"] = b.get("label", "")
         r["splits"] = b.get("splits")
-        r["plan"] = b.get("label", "")
         rows.append(r)
+    return rows
+
+
+def read_flashmla(path, shapes):
+    """Rows of a FlashMLA benchmark run's output lines for the shapes asked for."""
+    rows = []
+    for line in open(path):
+        if not line.startswith("flashmla "):
+            continue
+        f = dict(kv.split("=") for kv in line.split()[1:])
+        B, Tq, H, S = int(f["b"]), int(f["s_q"]), int(f["h_q"]), int(f["s_k"])
+        if (B, Tq, H, S) in shapes:
+            rows.append(attention_row(B, Tq, H, S, "flashmla", "cuda", float(f["time_us"]) / 1e3))
     return rows
 
 
@@ -105,10 +156,13 @@ def main():
     p.add_argument("--device", default="")
     p.add_argument("--out", required=True)
     p.add_argument("--append", action="store_true")
+    p.add_argument("--dtype", default="float32", choices=sorted(TYPES))
+    p.add_argument("--flashmla", default="", help="output of a FlashMLA benchmark run on the same GPU")
     args = p.parse_args()
     shapes = [s for s in SHAPES if re.search(args.filter, name(*s))]
-    torch_rows = run_torch(shapes)
-    ours = run_ours(args, shapes)
+    torch_rows = run_torch(shapes, args.dtype)
+    ours = run_ours(args, shapes) + (
+        read_flashmla(args.flashmla, shapes) if args.flashmla and os.path.exists(args.flashmla) else [])
     import torch
     device = args.device or torch.cuda.get_device_name()
     with open(args.out, "a" if args.append else "w") as f:
@@ -116,10 +170,13 @@ def main():
             r["device"] = device
             f.write(json.dumps(r) + "\n")
     base = {(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in torch_rows if "shape" in r}
+    flashmla = {(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in ours if r["impl"] == "flashmla"}
     for r in torch_rows[:-1] + ours:
         key = (r["shape"][0], r["Tq"], r["shape"][2], r["S"])
-        print("%-34s %-22s %9.4f ms %8.1f GB/s %7.2f TF/s  vs torch %.2fx  relerr %s" % (
-            name(*key), r["impl"], r["ms"], r["GBps"], r["tflops"], base[key] / r["ms"], r["relerr"]))
+        anchor = " vs flashmla %.2fx" % (flashmla[key] / r["ms"]) if key in flashmla else ""
+        print("%-34s %-26s %9.4f ms %8.1f GB/s %7.2f TF/s  vs torch %.2fx%s  relerr %s" % (
+            name(*key), r["impl"], r["ms"], r["GBps"], r["tflops"], base[key] / r["ms"], anchor, r["relerr"]))
+    print("copy bandwidth %.1f GB/s" % torch_rows[-1]["copy_GBps"])
 
 
 if __name__ == "__main__":

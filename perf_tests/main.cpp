@@ -11,9 +11,13 @@
 // the 16-bit types (where Kokkos has them); relerr is then against the double
 // path on the same (rounded) inputs.
 //
-// Decode benchmarks (decode/float/...) time one CachePlan::execute per
+// Decode benchmarks (decode/float/..., and decode/bf16/... where Kokkos has
+// bhalf_t: the tensor-core path on CUDA) time one CachePlan::execute per
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part) and
 // report GB/s of the cache read once and useful GFLOP/s of the absorbed form.
+// decode_attention/bf16/... (CUDA with tensor cores) times the attention
+// kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
+// times its kernel: FLOPs and bytes by FlashMLA's formulas.
 //
 //   kokkosmla_perf_tests --benchmark_filter='float/.*B4_T1024'   # one shape
 //   kokkosmla_perf_tests --benchmark_filter='decode/'           # the decode shapes
@@ -22,6 +26,7 @@
 #include <KokkosMLA.hpp>
 
 #include "HashFill.hpp"
+#include "impl/KokkosMLA_DecodeTensorKernel.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -100,15 +105,18 @@ double relative_distance(const View1<T>& out, const View1<double>& want) {
   return std::sqrt(num / den);
 }
 
+/// to = from, exactly: a reference's inputs are the T values themselves.
+template <class T>
+void widen(const View1<T>& from, const View1<double>& to) {
+  Kokkos::parallel_for(
+      "KokkosMLA::bench::widen", Kokkos::RangePolicy<Space>(0, from.extent(0)),
+      KOKKOS_LAMBDA(const std::int64_t i) { to(i) = double(from(i)); });
+}
+
 /// ||out - ref|| / ||ref|| with ref from the double Decompressed path on the same inputs.
 template <class T>
 double relative_error(const Shape& s, const Inputs<T>& in) {
   Inputs<double> ref(s);  // same hash values in double, then overwrite with the exact T values
-  auto widen = [](const View1<T>& from, const View1<double>& to) {
-    Kokkos::parallel_for(
-        "KokkosMLA::bench::widen", Kokkos::RangePolicy<Space>(0, from.extent(0)),
-        KOKKOS_LAMBDA(const std::int64_t i) { to(i) = double(from(i)); });
-  };
   widen(in.q, ref.q);
   widen(in.latent, ref.latent);
   widen(in.w_uk, ref.w_uk);
@@ -251,10 +259,16 @@ struct DecodeInputs {
   }
 };
 
-/// ||out - ref|| / ||ref|| against the same problem in double (on the same device).
+/// ||out - ref|| / ||ref|| against the same problem (the T values) in double (on the same device).
 template <class T>
 double decode_relative_error(const DecodeShape& d, const DecodeInputs<T>& in) {
   DecodeInputs<double> ref(d);
+  widen(in.q, ref.q);
+  widen(in.q_rope, ref.q_rope);
+  widen(in.latent, ref.latent);
+  widen(in.k_rope, ref.k_rope);
+  widen(in.w_uk, ref.w_uk);
+  widen(in.w_uv, ref.w_uv);
   CachePlan<double, Space>(Space(), cache_shape(ref.args)).execute(Space(), ref.args);
   return relative_distance(in.out, ref.out);
 }
@@ -307,6 +321,71 @@ void register_decode(const char* type) {
   }
 }
 
+#ifdef KOKKOSMLA_TENSOR_CORES
+/// The tensor-core decode path's attention alone (parts and merge) on a
+/// DecodeShape's cache, with absorbed queries (B, Tq, H, 512) given.
+template <class T>
+void run_decode_attention(benchmark::State& state, DecodeShape d) {
+  DecodeInputs<T> in(d);
+  const std::int64_t rows = d.batch * d.queries * d.heads;
+  View1<T> qa("qa", rows * d.latent_dim);
+  Test::fill_hash(qa, 17, 1.0);
+  const CachePlan<T, Space> plan(Space(), cache_shape(in.args));  // for its split count
+  Kokkos::View<float*, Space> parts("parts",
+                                    plan.splits() > 1 ? plan.splits() * rows * (d.latent_dim + 1) : 0);
+  Impl::DecodeTensorKernel<T> k;
+  k.qa = qa.data();
+  k.q_rope = in.q_rope.data();
+  Impl::LatentKeys<T> keys;
+  keys.latent = in.latent.data();
+  keys.latent_ld = d.latent_dim;
+  keys.rope = in.k_rope.data();
+  keys.rope_ld = d.rope_dim;
+  keys.block_table = in.block_table.data();
+  keys.table_ld = std::int64_t(in.block_table.extent(1));
+  keys.page_size = d.page;
+  keys.lengths = in.seqlens.data();
+  keys.keys = d.keys;
+  k.cache = keys;
+  k.oa = qa.data();
+  k.parts = parts.data();
+  k.lse = nullptr;
+  k.batch = d.batch;
+  k.queries = d.queries;
+  k.heads = d.heads;
+  k.splits = plan.splits();
+  k.scale = float(plan.scale());
+  k.causal = true;
+  Space exec;
+  Impl::attend_decode_tensor(exec, k);
+  exec.fence();
+  for (auto _ : state) {
+    Kokkos::Timer timer;
+    Impl::attend_decode_tensor(exec, k);
+    exec.fence();
+    state.SetIterationTime(timer.seconds());
+  }
+  const double width = double(d.latent_dim + d.rope_dim);
+  const double flops = double(rows) * d.keys * (width + d.latent_dim) * 2;
+  const double bytes = sizeof(T) * (double(d.batch * d.keys) * width + rows * (width + d.latent_dim));
+  state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["splits"] = plan.splits();
+}
+
+template <class T>
+void register_decode_attention(const char* type) {
+  for (const DecodeShape& d : decode_shapes()) {
+    if (d.queries != 1) continue;  // FlashMLA's shapes
+    const std::string name = std::string("decode_attention/") + type + "/" + decode_name(d);
+    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode_attention<T>(st, d); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2);
+  }
+}
+#endif
+
 }  // namespace Bench
 }  // namespace KokkosMLA
 
@@ -331,6 +410,12 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_all<Kokkos::Experimental::half_t>("fp16", {KokkosMLA::Algorithm::Auto});
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
+#if KOKKOSMLA_HAS_BHALF
+    KokkosMLA::Bench::register_decode<Kokkos::Experimental::bhalf_t>("bf16");
+#ifdef KOKKOSMLA_TENSOR_CORES
+    KokkosMLA::Bench::register_decode_attention<Kokkos::Experimental::bhalf_t>("bf16");
+#endif
+#endif
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();
     benchmark::Shutdown();
