@@ -645,6 +645,31 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
 #endif
 }
 
+// One part writes oa in 16 bits straight from fp32; several merge fp32 parts
+// first: the two agree to the rounding of oa and out (a few units in the
+// last place of T).
+TYPED_TEST(HalfCache, SplitCountsAgree) {
+  using T = TypeParam;
+  const CacheCase c = half_cases()[2];
+  Logical l(c, 21);
+  l.round(&stored_as<T>);
+  const DeviceCache<T> dc(l, 21);
+  std::vector<double> results[2];
+  for (int i = 0; i < 2; ++i) {
+    const CacheArguments<T> a = arguments(l, dc);
+    Options opt;
+    opt.kv_splits = i == 0 ? 1 : 3;
+    CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
+    results[i] = Problem<T>::host_copy(a.out);
+  }
+  double peak = 0;
+  for (double x : results[0]) peak = std::max(peak, std::abs(x));
+  // The spacing of T's values just above 1: 2^-10 for fp16, 2^-7 for bf16.
+  const double ulp =
+      stored_as<T>(1.0 + std::ldexp(1.0, -9)) > 1.0 ? std::ldexp(1.0, -10) : std::ldexp(1.0, -7);
+  EXPECT_LE(max_error(results[1], results[0]), 4 * ulp * peak);
+}
+
 #ifdef KOKKOSMLA_TENSOR_CORES
 // The tensor-core kernel copies cache rows in 16-byte pieces: a latent view
 // that starts one element off is refused before anything runs.
