@@ -3,7 +3,8 @@
 shape and implementation from perf_tests/results/h200.jsonl: fp32 per
 algorithm against the SGEMM ceiling measured in the same campaign, and the
 tensor-core types (bf16, fp16, TF32) against PyTorch in the same dtype (TF32:
-against PyTorch's fp32, TF32 off).
+against PyTorch's fp32, TF32 off); and bf16 decoding (Tq = 1, FlashMLA's
+shapes) in GB/s against FlashMLA and the copy bandwidth of the same run.
 
   python3 perf_tests/plot_results.py perf_tests/results/h200.jsonl docs/h200_tflops.png
 """
@@ -51,7 +52,7 @@ for r in gpu:
     if r.get("dtype") in ("bfloat16", "tf32") and tuple(r["shape"]) not in tensor_shapes:
         tensor_shapes.append(tuple(r["shape"]))
 
-fig, (top, bottom) = plt.subplots(2, 1, figsize=(11, 9))
+fig, (top, bottom, third) = plt.subplots(3, 1, figsize=(11, 13))
 panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
             ("kokkosmla-auto", "float32", "kokkosmla-auto"),
             ("kokkosmla-decompressed", "float32", "kokkosmla-decompressed"),
@@ -67,5 +68,31 @@ panel(bottom, [("torch bf16 (decompress + SDPA)", "bfloat16", "torch-decompress-
                ("kokkosmla tf32 (allow_tf32)", "tf32", "kokkosmla-auto"),
                ("torch fp32, TF32 off", "float32", "torch-decompress-sdpa")],
       tensor_shapes, "Tensor cores: bf16 / fp16 / TF32, one H200", "useful TFLOP/s (Decompressed count)")
+decode = [r for r in rows if r.get("dtype") == "bf16" and r.get("Tq") == 1 and "shape" in r]
+decode_shapes = []
+for r in decode:
+    key = (r["shape"][0], r["shape"][2], r["S"])
+    if key not in decode_shapes:
+        decode_shapes.append(key)
+decode_impls = [("PyTorch bf16 (absorbed, einsum)", "torch-absorbed-decode"),
+                ("KokkosMLA CachePlan (with projections)", "kokkosmla-cache"),
+                ("KokkosMLA attention kernel", "kokkosmla-decode-attention"), ("FlashMLA", "flashmla")]
+width = 0.8 / len(decode_impls)
+for k, (label, impl) in enumerate(decode_impls):
+    xs, ys = [], []
+    for i, key in enumerate(decode_shapes):
+        hit = [r for r in decode if r["impl"] == impl and (r["shape"][0], r["shape"][2], r["S"]) == key]
+        if hit:  # the newest row
+            xs.append(i + (k - (len(decode_impls) - 1) / 2) * width)
+            ys.append(hit[-1]["GBps"])
+    third.bar(xs, ys, width, label=label)
+copies = [r["copy_GBps"] for r in rows if r.get("impl") == "ceilings" and "copy_GBps" in r]
+if copies:
+    third.axhline(copies[-1], color="k", linestyle="--", label="copy bandwidth (%.0f GB/s)" % copies[-1])
+third.set_xticks(range(len(decode_shapes)))
+third.set_xticklabels(["B%d H%d S%d" % s for s in decode_shapes], fontsize=8)
+third.set_ylabel("GB/s (cache + q + out read/written once)")
+third.set_title("bf16 decoding, paged cache (page 64), latent 512 + RoPE 64, one H200")
+third.legend(fontsize=7, loc="upper right")
 fig.tight_layout()
 fig.savefig(dst, dpi=110)
