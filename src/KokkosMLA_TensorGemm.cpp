@@ -33,6 +33,17 @@ Handle& shared_handle() {
   return h;
 }
 
+/// The shared handle, held (for as long as this lives) and pointed at exec's stream.
+struct HandleOnStream {
+  std::unique_lock<std::mutex> lock;
+  cublasHandle_t handle;
+  explicit HandleOnStream(const Kokkos::Cuda& exec)
+      : lock(shared_handle().mutex), handle(shared_handle().handle) {
+    if (cublasSetStream(handle, exec.cuda_stream()) != CUBLAS_STATUS_SUCCESS)
+      throw std::runtime_error("KokkosMLA: cublasSetStream failed");
+  }
+};
+
 template <class T>
 cudaDataType_t data_type();
 template <>
@@ -60,10 +71,7 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   if (cols > INT_MAX || inner > INT_MAX)
     throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
                                 ", inner " + std::to_string(inner));
-  Handle& h = shared_handle();
-  std::lock_guard<std::mutex> lock(h.mutex);
-  if (cublasSetStream(h.handle, exec.cuda_stream()) != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("KokkosMLA: cublasSetStream failed");
+  const HandleOnStream h(exec);
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
   const cublasComputeType_t compute =
@@ -89,10 +97,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
   for (std::int64_t x : extents)
     if (x > INT_MAX)
       throw std::invalid_argument("KokkosMLA: per-head GEMM extent beyond int: " + std::to_string(x));
-  Handle& h = shared_handle();
-  std::lock_guard<std::mutex> lock(h.mutex);
-  if (cublasSetStream(h.handle, exec.cuda_stream()) != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error("KokkosMLA: cublasSetStream failed");
+  const HandleOnStream h(exec);
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
   // Row-major c = a op(b) is column-major c^T = op(b)^T a^T: b's rows are

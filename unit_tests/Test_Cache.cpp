@@ -53,6 +53,24 @@ struct Logical {
     return v;
   }
 
+  /// q_rope's row `row` dotted with the RoPE key of token s of sequence b.
+  double rope_dot(std::int64_t row, std::int64_t b, std::int64_t s) const {
+    double dot = 0;
+    for (std::int64_t e = 0; e < c.rope_dim; ++e)
+      dot += q_rope[row * c.rope_dim + e] * rope[(b * c.capacity + s) * c.rope_dim + e];
+    return dot;
+  }
+
+  /// logits <- exp(logit - max); returns their sum, and writes max + log(sum)
+  /// to *lse_row when given.
+  static double exponentiate(std::vector<double>& logits, double* lse_row) {
+    double mx = -INFINITY, sum = 0;
+    for (double x : logits) mx = std::max(mx, x);
+    for (double& x : logits) sum += (x = std::exp(x - mx));
+    if (lse_row) *lse_row = mx + std::log(sum);
+    return sum;
+  }
+
   /// Every input rounded by `stored` (to a storage type's values).
   void round(double (*stored)(double)) {
     for (std::vector<double>* v : {&q, &q_rope, &latent, &rope, &w_uk, &w_uv})
@@ -82,18 +100,12 @@ struct Logical {
             qa[r] = keep(x);
           }
           std::vector<double> logits(last + 1);
-          double mx = -INFINITY;
           for (std::int64_t s = 0; s <= last; ++s) {
-            double dot = 0;
+            double dot = rope_dot(row, b, s);
             for (std::int64_t r = 0; r < R; ++r) dot += qa[r] * latent[(b * c.capacity + s) * R + r];
-            for (std::int64_t e = 0; e < Dr; ++e)
-              dot += q_rope[row * Dr + e] * rope[(b * c.capacity + s) * Dr + e];
             logits[s] = scale * dot;
-            mx = std::max(mx, logits[s]);
           }
-          double sum = 0;
-          for (double& x : logits) sum += (x = std::exp(x - mx));
-          if (lse) (*lse)[row] = mx + std::log(sum);
+          const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
           std::fill(oa.begin(), oa.end(), 0.0);
           for (std::int64_t s = 0; s <= last; ++s) {
             const double p = keep(logits[s]);
@@ -121,10 +133,9 @@ struct Logical {
           const std::int64_t length = c.lengths[b], last = opt.causal ? length - Tq + t : length - 1;
           const std::int64_t row = (b * Tq + t) * H + h;
           std::vector<double> logits(last + 1), v(D * (last + 1), 0.0);
-          double mx = -INFINITY;
           for (std::int64_t s = 0; s <= last; ++s) {
             const double* l = &latent[(b * c.capacity + s) * R];
-            double dot = 0;
+            double dot = rope_dot(row, b, s);
             for (std::int64_t d = 0; d < D; ++d) {
               double k = 0;
               for (std::int64_t r = 0; r < R; ++r) {
@@ -133,14 +144,9 @@ struct Logical {
               }
               dot += q[row * D + d] * k;
             }
-            for (std::int64_t e = 0; e < Dr; ++e)
-              dot += q_rope[row * Dr + e] * rope[(b * c.capacity + s) * Dr + e];
             logits[s] = scale * dot;
-            mx = std::max(mx, logits[s]);
           }
-          double sum = 0;
-          for (double& x : logits) sum += (x = std::exp(x - mx));
-          if (lse) (*lse)[row] = mx + std::log(sum);
+          const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
           for (std::int64_t s = 0; s <= last; ++s)
             for (std::int64_t d = 0; d < D; ++d) out[row * D + d] += logits[s] / sum * v[s * D + d];
         }
