@@ -20,9 +20,9 @@
 // Key tiles (16 keys x 576, 18 KB) are double-buffered: the copy of the next
 // tile overlaps this one's arithmetic, and the tiles kPrefetch steps ahead are
 // requested into L2 (no shared memory needed), so that copies wait on L2
-// rather than DRAM. Two tiles and the partial scores
-// take 41.5 KB, within what Kokkos lets a 128-thread team have (48 KB less its team-reduction reserve); three
-// tiles would not fit.
+// rather than DRAM. Two tiles and the partial scores take 41.5 KB, within
+// what Kokkos lets a 128-thread team have (48 KB less its team-reduction
+// reserve); three tiles would not fit.
 //
 // Teams of one sequence and part are adjacent in the league, so that a
 // sequence's row groups (8 for 128 heads) read its keys from L2 once fetched.
