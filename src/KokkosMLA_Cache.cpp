@@ -116,8 +116,8 @@ bool tensor_decode(const CacheShape& s) {
 }
 
 #ifdef KOKKOSMLA_TENSOR_CORES
-/// Parts per sequence for the tensor-core kernel. Its teams (3 per SM, all
-/// parts of equal length) run in waves: the count whose last wave is
+/// Parts per sequence for the tensor-core kernel. Its teams (kTeamsPerSM per
+/// SM, all parts of equal length) run in waves: the count whose last wave is
 /// fullest, among those that fill the GPU, parts at least 256 keys long;
 /// each extra part costs 2 % (its fp32 oa is written and merged).
 template <class T>
@@ -126,7 +126,7 @@ int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
   if (requested > 0) return std::min(requested, most);
   using Kernel = DecodeTensorKernel<T>;
   const double teams = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
-  const double slots = 3.0 * be.concurrency / 2048;  // 2048 threads per SM
+  const double slots = double(Kernel::kTeamsPerSM) * be.concurrency / 2048;  // 2048 threads per SM
   const std::int64_t longest = std::max<std::int64_t>(1, std::min<std::int64_t>(most, s.capacity / 256));
   int best = 1;
   double best_cost = INFINITY;
