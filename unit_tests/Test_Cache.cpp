@@ -53,6 +53,18 @@ struct Logical {
     return v;
   }
 
+  /// Calls f(b, h, row, last) for every query row: row = (b Tq + t) H + h of
+  /// sequence b and head h, which sees keys 0 .. last.
+  template <class F>
+  void for_each_row(const Options& opt, F f) const {
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t t = 0; t < c.queries; ++t)
+        for (std::int64_t h = 0; h < c.heads; ++h) {
+          const std::int64_t length = c.lengths[b];
+          f(b, h, (b * c.queries + t) * c.heads + h, opt.causal ? length - c.queries + t : length - 1);
+        }
+  }
+
   /// q_rope's row `row` dotted with the RoPE key of token s of sequence b.
   double rope_dot(std::int64_t row, std::int64_t b, std::int64_t s) const {
     double dot = 0;
@@ -85,71 +97,63 @@ struct Logical {
   std::vector<double> absorbed_reference(const Options& opt, std::vector<double>* lse,
                                          double (*stored)(double) = nullptr) const {
     auto keep = [stored](double x) { return stored ? stored(x) : x; };
-    const std::int64_t Tq = c.queries, H = c.heads, D = c.head_dim, R = c.latent_dim, Dr = c.rope_dim;
-    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + Dr));
-    std::vector<double> out(c.batch * Tq * H * D, 0.0), qa(R), oa(R);
-    if (lse) lse->assign(c.batch * Tq * H, 0.0);
-    for (std::int64_t b = 0; b < c.batch; ++b)
-      for (std::int64_t t = 0; t < Tq; ++t)
-        for (std::int64_t h = 0; h < H; ++h) {
-          const std::int64_t length = c.lengths[b], last = opt.causal ? length - Tq + t : length - 1;
-          const std::int64_t row = (b * Tq + t) * H + h;
-          for (std::int64_t r = 0; r < R; ++r) {
-            double x = 0;
-            for (std::int64_t d = 0; d < D; ++d) x += q[row * D + d] * w_uk[(r * H + h) * D + d];
-            qa[r] = keep(x);
-          }
-          std::vector<double> logits(last + 1);
-          for (std::int64_t s = 0; s <= last; ++s) {
-            double dot = rope_dot(row, b, s);
-            for (std::int64_t r = 0; r < R; ++r) dot += qa[r] * latent[(b * c.capacity + s) * R + r];
-            logits[s] = scale * dot;
-          }
-          const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
-          std::fill(oa.begin(), oa.end(), 0.0);
-          for (std::int64_t s = 0; s <= last; ++s) {
-            const double p = keep(logits[s]);
-            for (std::int64_t r = 0; r < R; ++r) oa[r] += p * latent[(b * c.capacity + s) * R + r];
-          }
-          for (double& x : oa) x = keep(x / sum);
-          for (std::int64_t d = 0; d < D; ++d) {
-            double x = 0;
-            for (std::int64_t r = 0; r < R; ++r) x += oa[r] * w_uv[(r * H + h) * D + d];
-            out[row * D + d] = keep(x);
-          }
-        }
+    const std::int64_t H = c.heads, D = c.head_dim, R = c.latent_dim;
+    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + c.rope_dim));
+    std::vector<double> out(c.batch * c.queries * H * D, 0.0), qa(R), oa(R);
+    if (lse) lse->assign(c.batch * c.queries * H, 0.0);
+    for_each_row(opt, [&](std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t last) {
+      for (std::int64_t r = 0; r < R; ++r) {
+        double x = 0;
+        for (std::int64_t d = 0; d < D; ++d) x += q[row * D + d] * w_uk[(r * H + h) * D + d];
+        qa[r] = keep(x);
+      }
+      std::vector<double> logits(last + 1);
+      for (std::int64_t s = 0; s <= last; ++s) {
+        double dot = rope_dot(row, b, s);
+        for (std::int64_t r = 0; r < R; ++r) dot += qa[r] * latent[(b * c.capacity + s) * R + r];
+        logits[s] = scale * dot;
+      }
+      const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
+      std::fill(oa.begin(), oa.end(), 0.0);
+      for (std::int64_t s = 0; s <= last; ++s) {
+        const double p = keep(logits[s]);
+        for (std::int64_t r = 0; r < R; ++r) oa[r] += p * latent[(b * c.capacity + s) * R + r];
+      }
+      for (double& x : oa) x = keep(x / sum);
+      for (std::int64_t d = 0; d < D; ++d) {
+        double x = 0;
+        for (std::int64_t r = 0; r < R; ++r) x += oa[r] * w_uv[(r * H + h) * D + d];
+        out[row * D + d] = keep(x);
+      }
+    });
     return out;
   }
 
   /// out (B,Tq,H,D) and lse (B,Tq,H), decompressing K and V row by row.
   std::vector<double> reference(const Options& opt, std::vector<double>* lse = nullptr) const {
-    const std::int64_t Tq = c.queries, H = c.heads, D = c.head_dim, R = c.latent_dim, Dr = c.rope_dim;
-    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + Dr));
-    std::vector<double> out(c.batch * Tq * H * D, 0.0);
-    if (lse) lse->assign(c.batch * Tq * H, 0.0);
-    for (std::int64_t b = 0; b < c.batch; ++b)
-      for (std::int64_t t = 0; t < Tq; ++t)
-        for (std::int64_t h = 0; h < H; ++h) {
-          const std::int64_t length = c.lengths[b], last = opt.causal ? length - Tq + t : length - 1;
-          const std::int64_t row = (b * Tq + t) * H + h;
-          std::vector<double> logits(last + 1), v(D * (last + 1), 0.0);
-          for (std::int64_t s = 0; s <= last; ++s) {
-            const double* l = &latent[(b * c.capacity + s) * R];
-            double dot = rope_dot(row, b, s);
-            for (std::int64_t d = 0; d < D; ++d) {
-              double k = 0;
-              for (std::int64_t r = 0; r < R; ++r) {
-                k += l[r] * w_uk[(r * H + h) * D + d];
-                v[s * D + d] += l[r] * w_uv[(r * H + h) * D + d];
-              }
-              dot += q[row * D + d] * k;
-            }
-            logits[s] = scale * dot;
+    const std::int64_t H = c.heads, D = c.head_dim, R = c.latent_dim;
+    const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + c.rope_dim));
+    std::vector<double> out(c.batch * c.queries * H * D, 0.0);
+    if (lse) lse->assign(c.batch * c.queries * H, 0.0);
+    for_each_row(opt, [&](std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t last) {
+      std::vector<double> logits(last + 1), v(D * (last + 1), 0.0);
+      for (std::int64_t s = 0; s <= last; ++s) {
+        const double* l = &latent[(b * c.capacity + s) * R];
+        double dot = rope_dot(row, b, s);
+        for (std::int64_t d = 0; d < D; ++d) {
+          double k = 0;
+          for (std::int64_t r = 0; r < R; ++r) {
+            k += l[r] * w_uk[(r * H + h) * D + d];
+            v[s * D + d] += l[r] * w_uv[(r * H + h) * D + d];
           }
-          const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
-          for (std::int64_t s = 0; s <= last; ++s)
-            for (std::int64_t d = 0; d < D; ++d) out[row * D + d] += logits[s] / sum * v[s * D + d];
+          dot += q[row * D + d] * k;
         }
+        logits[s] = scale * dot;
+      }
+      const double sum = exponentiate(logits, lse ? &(*lse)[row] : nullptr);
+      for (std::int64_t s = 0; s <= last; ++s)
+        for (std::int64_t d = 0; d < D; ++d) out[row * D + d] += logits[s] / sum * v[s * D + d];
+    });
     return out;
   }
 };
