@@ -204,8 +204,8 @@ struct DecodeTensorKernel {
       KOKKOSMLA_UNROLL
       for (int n = 0; n < 2; ++n) {
         float* at = partial + (warp * kRows + g) * kKeys + n * 8 + 2 * t;
-        *reinterpret_cast<float2*>(at) = make_float2(s[n][0], s[n][1]);
-        *reinterpret_cast<float2*>(at + 8 * kKeys) = make_float2(s[n][2], s[n][3]);
+        store_shared(at, s[n][0], s[n][1]);
+        store_shared(at + 8 * kKeys, s[n][2], s[n][3]);
       }
       team.team_barrier();
       KOKKOSMLA_UNROLL
@@ -214,9 +214,10 @@ struct DecodeTensorKernel {
         KOKKOSMLA_UNROLL
         for (int w = 0; w < kWarps; ++w) {  // the same order in every warp: the same S
           const float* at = partial + (w * kRows + g) * kKeys + n * 8 + 2 * t;
-          const float2 top = *reinterpret_cast<const float2*>(at);
-          const float2 bottom = *reinterpret_cast<const float2*>(at + 8 * kKeys);
-          sum[0] += top.x, sum[1] += top.y, sum[2] += bottom.x, sum[3] += bottom.y;
+          float top[2], bottom[2];
+          load_shared(at, top[0], top[1]);
+          load_shared(at + 8 * kKeys, bottom[0], bottom[1]);
+          sum[0] += top[0], sum[1] += top[1], sum[2] += bottom[0], sum[3] += bottom[1];
         }
         KOKKOSMLA_UNROLL
         for (int e = 0; e < 4; ++e) s[n][e] = sum[e];

@@ -113,6 +113,27 @@ KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r
 #endif
 }
 
+/// Two floats to and from shared memory (st.shared / ld.shared). Team-scratch
+/// pointers reach the compiler as generic ones, whose loads wait on the long
+/// scoreboard like global loads.
+KOKKOS_INLINE_FUNCTION void store_shared(float* at, float a, float b) {
+#ifdef __CUDA_ARCH__
+  const unsigned address = unsigned(__cvta_generic_to_shared(at));
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
+#else
+  (void)at, (void)a, (void)b;
+#endif
+}
+
+KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float& a, float& b) {
+#ifdef __CUDA_ARCH__
+  const unsigned address = unsigned(__cvta_generic_to_shared(at));
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "r"(address) : "memory");
+#else
+  (void)at, a = b = 0;
+#endif
+}
+
 /// Starts an asynchronous copy of 16 bytes into shared memory; with
 /// valid == false it writes zeros and reads nothing.
 KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
