@@ -573,6 +573,14 @@ std::vector<CacheCase> half_cases() {
   };
 }
 
+/// A case's logical data with every input rounded to T.
+template <class T>
+Logical rounded_to(const CacheCase& c, std::uint64_t seed) {
+  Logical l(c, seed);
+  l.round(&stored_as<T>);
+  return l;
+}
+
 /// Copies of a call's arguments in another memory space (out and lse NaN).
 template <class Mem, class T>
 CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
@@ -598,8 +606,7 @@ CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
 /// within twice the error of the modelled 16-bit framework. Returns the plan's description.
 template <class ExecSpace, class T>
 std::string expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed) {
-  Logical l(c, seed);
-  l.round(&stored_as<T>);
+  const Logical l = rounded_to<T>(c, seed);
   std::vector<double> exact_lse, model_lse;
   const std::vector<double> exact = l.reference(opt, &exact_lse);
   const std::vector<double> model = l.absorbed_reference(opt, &model_lse, &stored_as<T>);
@@ -660,9 +667,7 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
 // last place of T).
 TYPED_TEST(HalfCache, SplitCountsAgree) {
   using T = TypeParam;
-  const CacheCase c = half_cases()[2];
-  Logical l(c, 21);
-  l.round(&stored_as<T>);
+  const Logical l = rounded_to<T>(half_cases()[2], 21);
   const DeviceCache<T> dc(l, 21);
   std::vector<double> results[2];
   for (int i = 0; i < 2; ++i) {
@@ -685,9 +690,7 @@ TYPED_TEST(HalfCache, SplitCountsAgree) {
 // that starts one element off is refused before anything runs.
 TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {
   using T = TypeParam;
-  const CacheCase c = half_cases()[1];
-  Logical l(c, 3);
-  l.round(&stored_as<T>);
+  const Logical l = rounded_to<T>(half_cases()[1], 3);
   const DeviceCache<T> dc(l, 3);
   CacheArguments<T> a = arguments(l, dc);
   const auto& latent = dc.cache.latent;
