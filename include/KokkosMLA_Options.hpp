@@ -27,7 +27,8 @@ struct Options {
   bool verbose = false;
   /// Cache attention: into how many parts each sequence's keys are split, one
   /// team per part, merged by log-sum-exp (flash-decoding); 0 lets the plan
-  /// choose from the number of query rows and the backend.
+  /// choose from the number of query rows and the backend. The 16-bit
+  /// tensor-core path takes at most 64 (CachePlan::splits() reports the count used).
   int kv_splits = 0;
   /// Cache attention and append_to_cache: copy seqlens and the block table to
   /// the host and check every entry before launching. That synchronises with
