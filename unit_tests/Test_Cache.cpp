@@ -657,6 +657,9 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
   EXPECT_NE(widths.find("widened to float"), std::string::npos) << widths;
 #ifdef KOKKOSMLA_TENSOR_CORES
   EXPECT_NE(on_device.find("on tensor cores"), std::string::npos) << on_device;
+  Options many;
+  many.kv_splits = 100;
+  EXPECT_EQ(CachePlan<T>(Space(), deepseek, many).splits(), 64);  // the most its merge takes
 #else
   EXPECT_NE(on_device.find("widened to float"), std::string::npos) << on_device;
 #endif
