@@ -185,11 +185,8 @@ template <class T>
 void run_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
                 const T* latent, const T* w_uk, const T* w_uv, T* out, float* lse, T* workspace) {
   // The kernel reads q and writes out in pairs of elements.
-  for (const void* p : {static_cast<const void*>(q), static_cast<const void*>(out)})
-    if (reinterpret_cast<std::uintptr_t>(p) % (2 * sizeof(T)) != 0)
-      throw std::invalid_argument(std::string("KokkosMLA::Plan::execute: ") + (p == q ? "q" : "out") +
-                                  "'s data must be " + std::to_string(2 * sizeof(T)) +
-                                  "-byte aligned for the tensor-core path");
+  require_aligned("KokkosMLA::Plan::execute", "q", q, 2 * sizeof(T));
+  require_aligned("KokkosMLA::Plan::execute", "out", out, 2 * sizeof(T));
   const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
   T* k = workspace;
   T* v = workspace + rows * cols;
@@ -317,18 +314,14 @@ void Plan<Scalar, ExecSpace>::run_widened(const ExecSpace& exec, const typename 
   if constexpr (is_half_precision<Scalar>::value) {
     using Float = Impl::ViewTypes<float, memory_space>;
     const Shape& s = shape_;
-    float* at = widened_->buffer.data();
-    auto widen = [&](const auto& v) {
-      float* wide = at;
-      Impl::convert(exec, "KokkosMLA::widen", v.data(), wide, std::int64_t(v.size()));
-      at += v.size();
-      return wide;
-    };
+    Impl::FloatPieces pieces{widened_->buffer.data()};
+    auto widen = [&](const auto& v) { return pieces.widen(exec, v.data(), std::int64_t(v.size())); };
     const typename Float::ConstRank4 qw(widen(q), s.batch, s.queries, s.heads, s.head_dim);
     const typename Float::ConstRank3 lw(widen(latent), s.batch, s.keys, s.latent_dim);
     const typename Float::ConstRank3 kw(widen(w_uk), s.latent_dim, s.heads, s.head_dim);
     const typename Float::ConstRank3 vw(widen(w_uv), s.latent_dim, s.heads, s.head_dim);
-    const typename Float::Rank4 ow(at, s.batch, s.queries, s.heads, s.head_dim);
+    const typename Float::Rank4 ow(pieces.take(std::int64_t(out.size())), s.batch, s.queries, s.heads,
+                                   s.head_dim);
     if (lse)
       widened_->plan.execute(
           exec, qw, lw, kw, vw, ow,

@@ -16,6 +16,8 @@
 #include "KokkosMLA_Compat.hpp"
 
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #if defined(KOKKOS_ENABLE_CUDA) && (defined(KOKKOS_ARCH_AMPERE) || defined(KOKKOS_ARCH_ADA89) || \
                                     defined(KOKKOS_ARCH_HOPPER) || defined(KOKKOS_ARCH_BLACKWELL))
@@ -28,6 +30,15 @@
 
 namespace KokkosMLA {
 namespace Impl {
+
+/// Throws std::invalid_argument, naming the argument, unless p is aligned to
+/// `bytes`: the tensor-core kernels read and copy their operands in pairs and
+/// 16-byte pieces.
+inline void require_aligned(const char* caller, const char* name, const void* p, std::size_t bytes) {
+  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
+    throw std::invalid_argument(std::string(caller) + ": " + name + "'s data must be " +
+                                std::to_string(bytes) + "-byte aligned for the tensor-core path");
+}
 
 /// One tensor-core product c += a b (m16n8k16 for 16-bit types, m16n8k8 for
 /// TF32), and for 16-bit types the packing of two floats into an operand pair.
