@@ -138,13 +138,6 @@ int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
   return best;
 }
 
-/// Throws unless the pointer is aligned to `bytes`.
-inline void require_aligned(const char* caller, const char* name, const void* p, std::size_t bytes) {
-  if (reinterpret_cast<std::uintptr_t>(p) % bytes != 0)
-    throw std::invalid_argument(std::string(caller) + ": " + name + "'s data must be " +
-                                std::to_string(bytes) + "-byte aligned for the tensor-core path");
-}
-
 /// The tensor-core path: absorb (cuBLAS), attend in parts, merge, up-project (cuBLAS).
 template <class T>
 void run_decode_tensor(const Kokkos::Cuda& exec, const CacheShape& s, int splits, float scale, bool causal,
@@ -348,13 +341,8 @@ void CachePlan<Scalar, ExecSpace>::run_widened(const ExecSpace& exec, const argu
     using namespace Impl;
     const CacheShape& s = shape_;
     using Float = CacheArguments<float, memory_space>;
-    float* at = widened_->buffer.data();
-    auto widen = [&](const Scalar* from, std::int64_t n) {
-      float* to = at;
-      convert(exec, "KokkosMLA::widen", from, to, n);
-      at += n;
-      return to;
-    };
+    FloatPieces pieces{widened_->buffer.data()};
+    auto widen = [&](const Scalar* from, std::int64_t n) { return pieces.widen(exec, from, n); };
     const std::int64_t rows = s.batch * s.queries * s.heads, width = s.latent_dim + s.rope_dim;
     Float f;
     f.q = typename Float::ConstRank4(widen(a.q.data(), rows * s.head_dim), s.batch, s.queries, s.heads,
@@ -363,17 +351,17 @@ void CachePlan<Scalar, ExecSpace>::run_widened(const ExecSpace& exec, const argu
       f.q_rope = typename Float::ConstRank4(widen(a.q_rope.data(), rows * s.rope_dim), s.batch, s.queries,
                                             s.heads, s.rope_dim);
     const std::int64_t tokens = s.batch * s.capacity * width;
+    float* const gathered = pieces.take(tokens);
     Kokkos::parallel_for("KokkosMLA::widen_cache",
                          Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, tokens),
-                         GatherKernel<Scalar>{keys_of<Scalar>(a.cache, s.latent_dim, s.rope_dim), at,
+                         GatherKernel<Scalar>{keys_of<Scalar>(a.cache, s.latent_dim, s.rope_dim), gathered,
                                               s.capacity, s.latent_dim, width});
-    f.cache.latent = typename LatentCache<float, memory_space>::Tokens(at, s.batch, s.capacity, width);
+    f.cache.latent = typename LatentCache<float, memory_space>::Tokens(gathered, s.batch, s.capacity, width);
     f.cache.seqlens = a.cache.seqlens;
-    at += tokens;
     const std::int64_t weights = s.latent_dim * s.heads * s.head_dim;
     f.w_uk = typename Float::ConstRank3(widen(a.w_uk.data(), weights), s.latent_dim, s.heads, s.head_dim);
     f.w_uv = typename Float::ConstRank3(widen(a.w_uv.data(), weights), s.latent_dim, s.heads, s.head_dim);
-    f.out = typename Float::Rank4(at, s.batch, s.queries, s.heads, s.head_dim);
+    f.out = typename Float::Rank4(pieces.take(rows * s.head_dim), s.batch, s.queries, s.heads, s.head_dim);
     f.lse = a.lse;
     widened_->plan.execute(exec, f);
     convert(exec, "KokkosMLA::narrow", f.out.data(), a.out.data(), rows * s.head_dim);

@@ -26,6 +26,25 @@ void convert(const ExecSpace& exec, const char* label, const From* from, To* to,
                        ConvertKernel<From, To>{from, to});
 }
 
+/// A widened plan's float buffer, handed out piece by piece in order.
+struct FloatPieces {
+  float* at;
+
+  /// The next n floats.
+  float* take(std::int64_t n) {
+    float* piece = at;
+    at += n;
+    return piece;
+  }
+  /// The next n floats, holding from[0 .. n) widened on exec.
+  template <class ExecSpace, class From>
+  float* widen(const ExecSpace& exec, const From* from, std::int64_t n) {
+    float* piece = take(n);
+    convert(exec, "KokkosMLA::widen", from, piece, n);
+    return piece;
+  }
+};
+
 /// The name of a scalar type in logs.
 template <class T>
 const char* scalar_name() {
