@@ -201,33 +201,43 @@ struct DecodeTensorKernel {
       prefetch(b, k0 + (kPrefetch + 1) * kKeys, team_end, rank);
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
-      KOKKOSMLA_UNROLL
-      for (int n = 0; n < 2; ++n) {
-        float* at = partial + (warp * kRows + g) * kKeys + n * 8 + 2 * t;
-        store_shared(at, s[n][0], s[n][1]);
-        store_shared(at + 8 * kKeys, s[n][2], s[n][3]);
-      }
-      team.team_barrier();
-      KOKKOSMLA_UNROLL
-      for (int n = 0; n < 2; ++n) {
-        float sum[4] = {0.f, 0.f, 0.f, 0.f};
-        KOKKOSMLA_UNROLL
-        for (int w = 0; w < kWarps; ++w) {  // the same order in every warp: the same S
-          const float* at = partial + (w * kRows + g) * kKeys + n * 8 + 2 * t;
-          float top[2], bottom[2];
-          load_shared(at, top[0], top[1]);
-          load_shared(at + 8 * kKeys, bottom[0], bottom[1]);
-          sum[0] += top[0], sum[1] += top[1], sum[2] += bottom[0], sum[3] += bottom[1];
-        }
-        KOKKOSMLA_UNROLL
-        for (int e = 0; e < 4; ++e) s[n][e] = sum[e];
-      }
+      exchange_partial_scores(team, s, partial, warp, g, t);
       const bool edge = k0 + kKeys > edge_from;
       softmax_step(s, o, m, l, edge, int(end0 - k0), int(end1 - k0), t, scale2);
       accumulate(o, s, tile + warp * kWarpOut, lane);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
     finish(o, m, l, b, part, n0, t, warp, rows);
+  }
+
+  /// Replaces this warp's partial scores s by the sums over the four warps,
+  /// added in the same order in every warp (so all hold the same S). A lane's
+  /// scores of row g (then g + 8), keys 2t, 2t + 1, 8 + 2t, 9 + 2t, are four
+  /// adjacent floats at (warp, row, 4t): one 16-byte access each, and the
+  /// eight lanes of a quarter-warp (rows g, g + 1) cover the 32 banks once.
+  __device__ static void exchange_partial_scores(const Member& team, float (&s)[2][4], float* partial, int warp,
+                                                 int g, int t) {
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r)
+      store_shared(partial + (warp * kRows + g + 8 * r) * kKeys + 4 * t,
+                   {s[0][2 * r], s[0][2 * r + 1], s[1][2 * r], s[1][2 * r + 1]});
+    team.team_barrier();
+    float sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // (row g, g + 8): keys as stored
+    KOKKOSMLA_UNROLL
+    for (int w = 0; w < kWarps; ++w) {
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        float v[4];
+        load_shared(partial + (w * kRows + g + 8 * r) * kKeys + 4 * t, v);
+        KOKKOSMLA_UNROLL
+        for (int e = 0; e < 4; ++e) sum[r][e] += v[e];
+      }
+    }
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      s[0][2 * r] = sum[r][0], s[0][2 * r + 1] = sum[r][1];
+      s[1][2 * r] = sum[r][2], s[1][2 * r + 1] = sum[r][3];
+    }
   }
 
   /// s = Q K^T over this warp's 144 columns of the tile (rows from `ks`), in

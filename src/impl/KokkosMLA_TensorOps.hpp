@@ -124,24 +124,29 @@ KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r
 #endif
 }
 
-/// Two floats to and from shared memory (st.shared / ld.shared). Team-scratch
-/// pointers reach the compiler as generic ones, whose loads wait on the long
-/// scoreboard like global loads.
-KOKKOS_INLINE_FUNCTION void store_shared(float* at, float a, float b) {
+/// Four floats to and from shared memory (st.shared.v4 / ld.shared.v4).
+/// Team-scratch pointers reach the compiler as generic ones, whose loads wait
+/// on the long scoreboard like global loads.
+KOKKOS_INLINE_FUNCTION void store_shared(float* at, const float (&v)[4]) {
 #ifdef __CUDA_ARCH__
   const unsigned address = unsigned(__cvta_generic_to_shared(at));
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(address), "f"(a), "f"(b) : "memory");
+  asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(v[0]), "f"(v[1]), "f"(v[2]),
+               "f"(v[3])
+               : "memory");
 #else
-  (void)at, (void)a, (void)b;
+  (void)at, (void)v;
 #endif
 }
 
-KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float& a, float& b) {
+KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float (&v)[4]) {
 #ifdef __CUDA_ARCH__
   const unsigned address = unsigned(__cvta_generic_to_shared(at));
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(a), "=f"(b) : "r"(address) : "memory");
+  asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+               : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
+               : "r"(address)
+               : "memory");
 #else
-  (void)at, a = b = 0;
+  (void)at, v[0] = v[1] = v[2] = v[3] = 0;
 #endif
 }
 
