@@ -10,8 +10,8 @@ PyTorch baseline (TF32 off), in the same dtype, on a contiguous cache:
   scores = scale * (qa . latent^T + q_rope . k_rope^T), causal for Tq > 1,
   softmax, oa = p . latent, out = oa . w_uv per head.
 
-With --dtype bfloat16 it also times the bf16 tensor-core attention alone
-(decode_attention/bf16/..., absorbed queries in, oa out) as FlashMLA's own
+With --dtype bfloat16 or float16 it also times the tensor-core attention alone
+(decode_attention/bf16/... or fp16/..., absorbed queries in, oa out) as FlashMLA's own
 benchmark times its kernel, and with --flashmla FILE adds the lines of a
 FlashMLA benchmark run on the same GPU ("flashmla b=.. s_q=1 h_q=.. s_k=..
 time_us=.."); these rows count FLOPs and bytes by FlashMLA's formulas
@@ -33,7 +33,7 @@ def decode_flops(B, Tq, H, S):
 
 
 # Benchmark name prefix, row label and element size of each dtype.
-TYPES = {"float32": ("float", "float32", 4), "bfloat16": ("bf16", "bf16", 2)}
+TYPES = {"float32": ("float", "float32", 4), "bfloat16": ("bf16", "bf16", 2), "float16": ("fp16", "fp16", 2)}
 
 
 def decode_bytes(B, Tq, H, S, size=4):
@@ -59,9 +59,9 @@ def row(B, Tq, H, S, impl, backend, ms, relerr, dtype="float32"):
                 tflops=round(decode_flops(B, Tq, H, S) / ms / 1e9, 3))
 
 
-def attention_row(B, Tq, H, S, impl, backend, ms):
+def attention_row(B, Tq, H, S, impl, backend, ms, dtype="bfloat16"):
     """A row of the attention alone, counted as FlashMLA counts it."""
-    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype="bf16", impl=impl, backend=backend,
+    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=TYPES[dtype][1], impl=impl, backend=backend,
                 ms=round(ms, 5), relerr=None, counted="flashmla-attention",
                 GBps=round(attention_bytes(B, Tq, H, S) / ms / 1e6, 1),
                 tflops=round(attention_flops(B, Tq, H, S) / ms / 1e9, 3))
@@ -118,14 +118,15 @@ def run_ours(args, shapes):
     names = "|".join(name(*s) for s in shapes)
     prefix = TYPES[args.dtype][0]
     flt = "^decode/%s/(%s)" % (prefix, names)
-    if args.dtype == "bfloat16":
+    if args.dtype != "float32":
         flt = "^decode(_attention)?/%s/(%s)" % (prefix, names)
     rows = []
     for b in benchmark_medians(args.bench, args.repetitions, flt)[0]:
         kind, _, shape = b["run_name"].split("/")[:3]
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
         if kind == "decode_attention":
-            r = attention_row(B, Tq, H, S, "kokkosmla-decode-attention", args.backend, b["real_time"])
+            r = attention_row(B, Tq, H, S, "kokkosmla-decode-attention", args.backend, b["real_time"],
+                              args.dtype)
         else:
             r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"), args.dtype)
             r["plan"] = b.get("label", "")

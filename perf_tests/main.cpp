@@ -11,11 +11,11 @@
 // the 16-bit types (where Kokkos has them); relerr is then against the double
 // path on the same (rounded) inputs.
 //
-// Decode benchmarks (decode/float/..., and decode/bf16/... where Kokkos has
-// bhalf_t: the tensor-core path on CUDA) time one CachePlan::execute per
+// Decode benchmarks (decode/float/..., and decode/bf16/... and decode/fp16/...
+// where Kokkos has the type: the tensor-core path on CUDA) time one CachePlan::execute per
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part) and
 // report GB/s of the cache read once and useful GFLOP/s of the absorbed form.
-// decode_attention/bf16/... (CUDA with tensor cores) times the attention
+// decode_attention/bf16/... and fp16/... (CUDA with tensor cores) time the attention
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
 //
@@ -414,6 +414,12 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_decode<Kokkos::Experimental::bhalf_t>("bf16");
 #ifdef KOKKOSMLA_TENSOR_CORES
     KokkosMLA::Bench::register_decode_attention<Kokkos::Experimental::bhalf_t>("bf16");
+#endif
+#endif
+#if KOKKOSMLA_HAS_HALF
+    KokkosMLA::Bench::register_decode<Kokkos::Experimental::half_t>("fp16");
+#ifdef KOKKOSMLA_TENSOR_CORES
+    KokkosMLA::Bench::register_decode_attention<Kokkos::Experimental::half_t>("fp16");
 #endif
 #endif
     benchmark::Initialize(&argc, argv);
