@@ -18,9 +18,10 @@
 //   same order (so all hold the same S), runs the online softmax on it, and
 //   accumulates P V for its columns (16 products), P staying in registers.
 // Key tiles (16 keys x 576, 18 KB) are double-buffered: the copy of the next
-// tile overlaps this one's arithmetic, and the tiles kPrefetch steps ahead are
-// requested into L2 (no shared memory needed), so that copies wait on L2
-// rather than DRAM. Two tiles and the partial scores take 41.5 KB, within
+// tile overlaps this one's arithmetic. Asking for tiles 16-48 keys further
+// ahead into L2 as well (prefetch.global.L2) made it 8-12 % slower on the
+// H200: the extra L2 lookups cost more than the latency they hid. Two tiles
+// and the partial scores take 41.5 KB, within
 // what Kokkos lets a 128-thread team have (48 KB less its team-reduction
 // reserve); three tiles would not fit.
 //
@@ -73,12 +74,6 @@ struct DecodeTensorKernel {
   bool causal;
   int scratch_level = 0;
 
-  /// Steps of keys whose copies are requested into L2 ahead of their turn.
-  /// On B = 128, H = 16, S = 4096 (Nsight Compute): 64 keys ahead crowded L2,
-  /// reading 951 MB from DRAM for a 604 MB cache, 0.262 ms; 32 keys ahead
-  /// 616 MB, 0.225 ms; 16 ahead 607 MB, 0.223 ms.
-  static constexpr int kPrefetch = 2;
-
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
@@ -123,18 +118,6 @@ struct DecodeTensorKernel {
     commit_copies();
   }
 
-  /// Brings the 128-byte lines of keys k0 .. k0 + kKeys - 1 (before `end`)
-  /// into L2, so that their copy, kPrefetch steps later, waits on L2 rather
-  /// than DRAM: thread `rank` asks for line rank % 8 of key rank / 8's latent
-  /// row, and the first of its eight threads for the RoPE key.
-  __device__ void prefetch(std::int64_t b, std::int64_t k0, std::int64_t end, int rank) const {
-    const int key = rank / 8, line = rank % 8;
-    if (k0 + key >= end) return;
-    const std::int64_t row = cache.row(b, k0 + key);
-    prefetch_to_l2(cache.latent + row * cache.latent_ld + line * 64);
-    if (line == 0) prefetch_to_l2(cache.rope + row * cache.rope_ld);
-  }
-
   __device__ void attend(const Member& team) const {
     const int rank = team.team_rank(), warp = rank / 32, lane = rank % 32;
     const int g = lane / 4, t = lane % 4;  // fragment row and column pair
@@ -161,7 +144,6 @@ struct DecodeTensorKernel {
     const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;     // the last row sees most
     const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
     if (begin < team_end) stage(b, begin, team_end, tiles, rank);
-    for (int j = 1; j <= kPrefetch; ++j) prefetch(b, begin + j * kKeys, team_end, rank);
 
     // Rows g and g + 8 of the team, columns 144 warp .. of [qa, q_rope], as A fragments.
     const std::int64_t n0 = first + g, n1 = n0 + 8;
@@ -198,7 +180,6 @@ struct DecodeTensorKernel {
       wait_copies<0>();
       team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
       if (k0 + kKeys < team_end) stage(b, k0 + kKeys, team_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
-      prefetch(b, k0 + (kPrefetch + 1) * kKeys, team_end, rank);
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
       exchange_partial_scores(team, s, partial, warp, g, t);

@@ -162,16 +162,6 @@ KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
 #endif
 }
 
-/// Asks for the 128-byte line holding `at` to be brought into L2 (no
-/// registers, no waiting): lets later copies of it hit L2 instead of DRAM.
-KOKKOS_INLINE_FUNCTION void prefetch_to_l2(const void* at) {
-#ifdef __CUDA_ARCH__
-  asm volatile("prefetch.global.L2 [%0];\n" ::"l"(at));
-#else
-  (void)at;
-#endif
-}
-
 /// Closes the group of copies started since the last commit.
 KOKKOS_INLINE_FUNCTION void commit_copies() {
 #ifdef __CUDA_ARCH__
