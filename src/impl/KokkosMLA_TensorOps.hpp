@@ -150,13 +150,22 @@ KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float (&v)[4]) {
 #endif
 }
 
+/// Which caches an asynchronous copy's source passes through: L2 only
+/// (cp.async.cg), or L1 as well (cp.async.ca).
+enum class CopyVia { L2, L1 };
+
 /// Starts an asynchronous copy of 16 bytes into shared memory; with
 /// valid == false it writes zeros and reads nothing.
+template <CopyVia Via = CopyVia::L2>
 KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
 #ifdef __CUDA_ARCH__
   const unsigned address = unsigned(__cvta_generic_to_shared(to));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
-               "r"(valid ? 16 : 0));
+  if constexpr (Via == CopyVia::L1)
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
+                 "r"(valid ? 16 : 0));
+  else
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
+                 "r"(valid ? 16 : 0));
 #else
   (void)to, (void)from, (void)valid;
 #endif
