@@ -179,21 +179,23 @@ struct DecodeTensorKernel {
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (log2 units), lane's sums
     const float scale2 = scale * 1.4426950408889634f;        // exp(x) = exp2(x log2(e))
 
+    // Key positions are below 2^30 (validated): the loop counts in 32 bits.
+    const int key_end = int(team_end), mask_from = int(edge_from), visible0 = int(end0), visible1 = int(end1);
     int buffer = 0;
-    for (std::int64_t k0 = begin; k0 < team_end; k0 += kKeys, buffer ^= 1) {
+    for (int k0 = int(begin); k0 < key_end; k0 += kKeys, buffer ^= 1) {
       const Element* tile = tiles + buffer * kKeys * kLd;
       wait_copies<0>();
       team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
-      if (k0 + kKeys < team_end) stage(b, k0 + kKeys, team_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
+      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
       exchange_partial_scores(team, s, partial, warp, g, t);
-      const bool edge = k0 + kKeys > edge_from;
-      softmax_step(s, o, m, l, edge, int(end0 - k0), int(end1 - k0), t, scale2);
+      const bool edge = k0 + kKeys > mask_from;
+      softmax_step(s, o, m, l, edge, visible0 - k0, visible1 - k0, t, scale2);
       accumulate(o, s, tile + warp * kWarpOut, lane);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
-    finish(o, m, l, b, part, n0, t, warp, rows);
+    finish(o, m, l, b, part, first + g, t, warp, rows);
   }
 
   /// Replaces this warp's partial scores s by the sums over the four warps,
