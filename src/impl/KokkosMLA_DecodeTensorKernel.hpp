@@ -57,7 +57,7 @@ struct DecodeTensorKernel {
   static_assert(kKeys * kPieces % kThreads == 0, "whole copies per thread");
   static_assert(kRank % 16 == 0 && kWarpColumns % 16 == 0, "slices do not straddle the RoPE part");
   static constexpr bool needs_full_team = true;
-  // Registers capped for 3 teams per SM (168 per thread, a 56-byte stack frame):
+  // Registers capped for 3 teams per SM (166 per thread, a 16-byte stack frame):
   // 2 teams per SM were 7-8 % slower.
   static constexpr int kTeamsPerSM = 3;
   using bounds = Kokkos::LaunchBounds<kThreads, kTeamsPerSM>;
