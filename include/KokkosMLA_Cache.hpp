@@ -83,8 +83,9 @@ CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Sca
 ///
 /// 16-bit Scalars take the tensor-core path on CUDA GPUs of compute
 /// capability 8.0 and newer for DeepSeek's widths (latent_dim 512, rope_dim
-/// 64): queries absorbed and outputs up-projected by cuBLAS (fp32
-/// accumulation), the attention by an mma.sync kernel with an fp32 softmax.
+/// 64) and for latent_dim 512 without RoPE (rope_dim 0): queries absorbed
+/// and outputs up-projected by cuBLAS (fp32 accumulation), the attention by
+/// an mma.sync kernel with an fp32 softmax.
 /// The cache rows must then be 16-byte aligned (as Kokkos allocates them) and
 /// q_rope 4-byte aligned. Every other case gathers the sequences' tokens into
 /// a float cache, runs a float CachePlan and rounds out to Scalar.

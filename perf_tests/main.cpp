@@ -340,7 +340,7 @@ void run_decode_attention(benchmark::State& state, DecodeShape d) {
   const CachePlan<T, Space> plan(Space(), cache_shape(in.args));  // for its split count
   Kokkos::View<float*, Space> parts("parts",
                                     plan.splits() > 1 ? plan.splits() * rows * (d.latent_dim + 1) : 0);
-  Impl::DecodeTensorKernel<T> k;
+  Impl::DecodeTensorKernel<T, 64> k;
   k.qa = qa.data();
   k.q_rope = in.q_rope.data();
   Impl::LatentKeys<T> keys;

@@ -107,8 +107,8 @@ template <class T, class ExecSpace>
 bool tensor_decode(const CacheShape& s) {
 #ifdef KOKKOSMLA_TENSOR_CORES
   if constexpr (std::is_same<ExecSpace, Kokkos::Cuda>::value && is_half_precision<T>::value) {
-    using Kernel = DecodeTensorKernel<T>;
-    return s.latent_dim == Kernel::kRank && s.rope_dim == Kernel::kRope;
+    using Kernel = DecodeTensorKernel<T, 64>;
+    return s.latent_dim == Kernel::kRank && (s.rope_dim == Kernel::kRope || s.rope_dim == 0);
   }
 #endif
   (void)s;
@@ -124,7 +124,7 @@ template <class T>
 int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
   constexpr int most = DecodeMergeKernel<T>::kMaxSplits;
   if (requested > 0) return std::min(requested, most);
-  using Kernel = DecodeTensorKernel<T>;
+  using Kernel = DecodeTensorKernel<T, 64>;  // the same teams without RoPE
   const double teams = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
   const double slots = double(Kernel::kTeamsPerSM) * be.concurrency / 2048;  // 2048 threads per SM
   const std::int64_t longest = std::max<std::int64_t>(1, std::min<std::int64_t>(most, s.capacity / 256));
@@ -136,6 +136,27 @@ int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
     if (cost < best_cost) best = parts, best_cost = cost;
   }
   return best;
+}
+
+/// The tensor-core attention between absorption and up-projection: qa (B Tq
+/// H, R) in, oa out in its place, in parts merged by lse.
+template <class T, int Rope>
+void attend_in_parts(const Kokkos::Cuda& exec, const CacheShape& s, int splits, float scale, bool causal,
+                     const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa, float* parts) {
+  DecodeTensorKernel<T, Rope> k;
+  k.qa = qa;
+  k.q_rope = a.q_rope.data();
+  k.cache = keys_of<T>(a.cache, s.latent_dim, s.rope_dim);
+  k.oa = qa;  // each team reads its rows' qa before it writes their oa
+  k.parts = parts;
+  k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+  k.batch = s.batch;
+  k.queries = s.queries;
+  k.heads = s.heads;
+  k.splits = splits;
+  k.scale = scale;
+  k.causal = causal;
+  attend_decode_tensor(exec, k);
 }
 
 /// The tensor-core path: absorb (cuBLAS), attend in parts, merge, up-project (cuBLAS).
@@ -156,20 +177,10 @@ void run_decode_tensor(const Kokkos::Cuda& exec, const CacheShape& s, int splits
   using Const = HeadMatrices<const T>;
   tensor_gemm_heads<T>(exec, H, rows, R, D, Const{a.q.data(), H * D, D}, Const{a.w_uk.data(), H * D, D}, true,
                        HeadMatrices<T>{qa, H * R, R});
-  DecodeTensorKernel<T> k;
-  k.qa = qa;
-  k.q_rope = a.q_rope.data();
-  k.cache = keys_of<T>(a.cache, R, s.rope_dim);
-  k.oa = qa;  // each team reads its rows' qa before it writes their oa
-  k.parts = parts;
-  k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
-  k.batch = s.batch;
-  k.queries = s.queries;
-  k.heads = H;
-  k.splits = splits;
-  k.scale = scale;
-  k.causal = causal;
-  attend_decode_tensor(exec, k);
+  if (s.rope_dim > 0)
+    attend_in_parts<T, 64>(exec, s, splits, scale, causal, a, qa, parts);
+  else
+    attend_in_parts<T, 0>(exec, s, splits, scale, causal, a, qa, parts);
   tensor_gemm_heads<T>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{a.w_uv.data(), H * D, D}, false,
                        HeadMatrices<T>{a.out.data(), H * D, D});
 }
@@ -216,12 +227,13 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   if constexpr (is_half_precision<Scalar>::value) {
     if (tensor_decode<Scalar, ExecSpace>(shape)) {
 #ifdef KOKKOSMLA_TENSOR_CORES
-      using Kernel = DecodeTensorKernel<Scalar>;
+      using Kernel = DecodeTensorKernel<Scalar, 64>;
       tensor_ = true;
       splits_ = tensor_splits<Scalar>(shape, backend_of(exec), opt.kv_splits);
       config_.team_size = Kernel::kThreads;
       config_.key_tile = Kernel::kKeys;
-      config_.scratch_bytes = Kernel::scratch_bytes();
+      config_.scratch_bytes =
+          shape.rope_dim > 0 ? Kernel::scratch_bytes() : DecodeTensorKernel<Scalar, 0>::scratch_bytes();
       const std::int64_t rows = shape.batch * shape.queries * shape.heads;
       workspace_ = Kokkos::View<Scalar*, memory_space>(
           Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::CachePlan::workspace"),

@@ -570,6 +570,7 @@ std::vector<CacheCase> half_cases() {
       {1, 1, 128, 8, 512, 64, 200, 1, true, {200}},             // 128 heads, page size 1
       {2, 1, 16, 8, 512, 64, 96, 24, false, {96, 50}},          // pages that 16-key steps cross
       {2, 2, 3, 8, 24, 4, 20, 4, false, {20, 9}},               // other widths: widened
+      {2, 1, 16, 8, 512, 0, 80, 16, false, {80, 41}},           // no RoPE part
   };
 }
 
@@ -650,18 +651,22 @@ TYPED_TEST(HalfCache, HostWithinTwiceFrameworkError) {
 
 TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
   using T = TypeParam;
-  CacheShape deepseek{2, 1, 16, 128, 512, 64, 256}, other = deepseek;
+  CacheShape deepseek{2, 1, 16, 128, 512, 64, 256}, other = deepseek, no_rope = deepseek;
   other.rope_dim = 32;
+  no_rope.rope_dim = 0;
   const std::string on_device = CachePlan<T>(Space(), deepseek).describe();
+  const std::string without_rope = CachePlan<T>(Space(), no_rope).describe();
   const std::string widths = CachePlan<T>(Space(), other).describe();
   EXPECT_NE(widths.find("widened to float"), std::string::npos) << widths;
 #ifdef KOKKOSMLA_TENSOR_CORES
   EXPECT_NE(on_device.find("on tensor cores"), std::string::npos) << on_device;
+  EXPECT_NE(without_rope.find("on tensor cores"), std::string::npos) << without_rope;
   Options many;
   many.kv_splits = 100;
   EXPECT_EQ(CachePlan<T>(Space(), deepseek, many).splits(), 64);  // the most its merge takes
 #else
   EXPECT_NE(on_device.find("widened to float"), std::string::npos) << on_device;
+  EXPECT_NE(without_rope.find("widened to float"), std::string::npos) << without_rope;
 #endif
 }
 

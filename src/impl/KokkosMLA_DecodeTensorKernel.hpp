@@ -1,18 +1,20 @@
 #ifndef KOKKOSMLA_DECODETENSORKERNEL_HPP
 #define KOKKOSMLA_DECODETENSORKERNEL_HPP
 // Cache attention on tensor cores, for 16-bit caches of DeepSeek's widths
-// (latent R = 512, RoPE keys Dr = 64) on CUDA GPUs of compute capability 8.0
-// and newer. The plan absorbs the queries first (qa = q w_uk^T per head, a
-// batched cuBLAS GEMM, 16-bit) and up-projects after (out = oa w_uv); this
-// kernel is the attention between, over the 576-wide rows [latent, RoPE key]:
+// (latent R = 512, RoPE keys Dr = 64) or of a latent alone (R = 512, Dr = 0)
+// on CUDA GPUs of compute capability 8.0 and newer. The plan absorbs the
+// queries first (qa = q w_uk^T per head, a batched cuBLAS GEMM, 16-bit) and
+// up-projects after (out = oa w_uv); this kernel is the attention between,
+// over the 576-wide rows [latent, RoPE key] (512-wide without RoPE):
 //   S = [qa, q_rope] [latent, k_rope]^T * scale,  oa = softmax(S) latent.
 //
 // A team is 4 warps over 16 query rows of one sequence (its heads and query
 // tokens, flattened) and one part of its keys. A warp cannot hold 16 rows of
 // both the 576-wide queries and the 512-wide oa in registers, so the warps
 // split the work by columns: warp w keeps columns 144w .. 144w+143 of the
-// query rows as mma.sync A fragments (36 registers) and owns output columns
-// 128w .. 128w+127 (64 accumulator registers). Per step of 16 keys:
+// query rows as mma.sync A fragments (36 registers; 128 columns and 32
+// registers without RoPE) and owns output columns 128w .. 128w+127 (64
+// accumulator registers). Per step of 16 keys:
 //   each warp's partial S over its 144 columns (18 m16n8k16 products) goes to
 //   shared memory; after a barrier every warp sums the four partials in the
 //   same order (so all hold the same S), runs the online softmax on it, and
@@ -38,22 +40,23 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class T>
+template <class T, int Rope>
 struct DecodeTensorKernel {
+  static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
   using Ops = Mma<T>;
-  static constexpr int kRank = 512, kRope = 64, kWidth = kRank + kRope;
+  static constexpr int kRank = 512, kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
   static constexpr int kRows = 16;                      // query rows per team
   static constexpr int kKeys = 16;                      // keys per step
   static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
-  static constexpr int kWarpColumns = kWidth / kWarps;  // 144 score-contraction columns per warp
-  static constexpr int kSlices = kWarpColumns / 16;     // 9 k16 slices
+  static constexpr int kWarpColumns = kWidth / kWarps;  // score-contraction columns per warp: 144 (128)
+  static constexpr int kSlices = kWarpColumns / 16;     // 9 (8) k16 slices
   static constexpr int kWarpOut = kRank / kWarps;       // 128 output columns per warp
   static constexpr int kOutTiles = kWarpOut / 8;        // 16 n8 tiles
-  static constexpr int kPieces = kWidth / 8;            // 16-byte copies per key row (72)
-  static constexpr int kLatentPieces = kRank / 8;       // of which from the latent (64)
-  static constexpr int kCopies = kKeys * kPieces / kThreads;  // per thread per tile (9)
+  static constexpr int kPieces = kWidth / 8;            // 16-byte copies per key row: 72 (64)
+  static constexpr int kLatentPieces = kRank / 8;       // of which from the latent: 64
+  static constexpr int kCopies = kKeys * kPieces / kThreads;  // per thread per tile: 9 (8)
   static_assert(kKeys * kPieces % kThreads == 0, "whole copies per thread");
   static_assert(kRank % 16 == 0 && kWarpColumns % 16 == 0, "slices do not straddle the RoPE part");
   static constexpr bool needs_full_team = true;
@@ -109,10 +112,10 @@ struct DecodeTensorKernel {
   /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from `end`
   /// on) into a tile as one group. Thread `rank` copies key rank / 8: the
   /// latent's 16-byte pieces rank % 8 + 8j (eight threads read 128 contiguous
-  /// bytes per j) and RoPE piece rank % 8; one cache-row lookup per thread.
+  /// bytes per j) and RoPE piece rank % 8, if any; one cache-row lookup per thread.
   __device__ void stage(std::int64_t b, std::int64_t k0, std::int64_t end, Element* tile, int rank) const {
-    static_assert(kThreads == 8 * kKeys && kLatentPieces % 8 == 0 && kPieces - kLatentPieces == 8,
-                  "eight threads per key, one RoPE piece each");
+    static_assert(kThreads == 8 * kKeys && kLatentPieces % 8 == 0 && kPieces - kLatentPieces == kRope / 8,
+                  "eight threads per key, at most one RoPE piece each");
     const int key = rank / 8, piece = rank % 8;
     const bool valid = k0 + key < end;
     const std::int64_t row = valid ? cache.row(b, k0 + key) : 0;
@@ -120,7 +123,8 @@ struct DecodeTensorKernel {
     Element* to = tile + key * kLd + piece * 8;
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kLatentPieces / 8; ++j) copy_async<kCopyVia>(to + 64 * j, latent + 64 * j, valid);
-    copy_async<kCopyVia>(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
+    if constexpr (kRope > 0)
+      copy_async<kCopyVia>(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
     commit_copies();
   }
 
@@ -151,7 +155,7 @@ struct DecodeTensorKernel {
     const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
     if (begin < team_end) stage(b, begin, team_end, tiles, rank);
 
-    // Rows g and g + 8 of the team, columns 144 warp .. of [qa, q_rope], as A fragments.
+    // Rows g and g + 8 of the team, columns kWarpColumns warp .. of [qa, q_rope], as A fragments.
     const std::int64_t n0 = first + g, n1 = n0 + 8;
     unsigned qf[kSlices][4];
     {
@@ -204,8 +208,8 @@ struct DecodeTensorKernel {
   /// scores of row g (then g + 8), keys 2t, 2t + 1, 8 + 2t, 9 + 2t, are four
   /// adjacent floats at (warp, row, 4t): one 16-byte access each, and the
   /// eight lanes of a quarter-warp (rows g, g + 1) cover the 32 banks once.
-  __device__ static void exchange_partial_scores(const Member& team, float (&s)[2][4], float* partial, int warp,
-                                                 int g, int t) {
+  __device__ static void exchange_partial_scores(const Member& team, float (&s)[2][4], float* partial,
+                                                 int warp, int g, int t) {
     KOKKOSMLA_UNROLL
     for (int r = 0; r < 2; ++r)
       store_shared(partial + (warp * kRows + g + 8 * r) * kKeys + 4 * t,
@@ -229,7 +233,7 @@ struct DecodeTensorKernel {
     }
   }
 
-  /// s = Q K^T over this warp's 144 columns of the tile (rows from `ks`), in
+  /// s = Q K^T over this warp's kWarpColumns columns of the tile (rows from `ks`), in
   /// two interleaved sums (even and odd slices) so that consecutive products
   /// do not wait on each other. ldmatrix matrices: (keys +0, col +0), (+0, +8),
   /// (+8, +0), (+8, +8).
@@ -350,7 +354,7 @@ struct DecodeTensorKernel {
 /// 9-10 us.
 template <class T>
 struct DecodeMergeKernel {
-  static constexpr int kRank = DecodeTensorKernel<T>::kRank;
+  static constexpr int kRank = 512;  // DecodeTensorKernel's
   static constexpr int kThreads = kRank / 4;
   static constexpr int kMaxSplits = 64;  // more parts only add merge work
   static constexpr bool needs_full_team = true;
@@ -370,7 +374,7 @@ struct DecodeMergeKernel {
     const std::int64_t row = team.league_rank();
     const int c = 4 * team.team_rank();
     // Parts p0 .. p0 + 3 of this thread's columns (the last part again past the end).
-    auto load_group = [&](int p0, float4 (&v)[4]) {
+    auto load_group = [&](int p0, float4(&v)[4]) {
       KOKKOSMLA_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int p = p0 + j < splits ? p0 + j : splits - 1;
@@ -401,9 +405,10 @@ struct DecodeMergeKernel {
 };
 
 /// Runs a bound DecodeTensorKernel, then, with several parts, their merge into k.oa and k.lse.
-template <class T>
-void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T>& k) {
-  using Kernel = DecodeTensorKernel<T>;
+template <class T, int Rope>
+void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T, Rope>& k) {
+  using Kernel = DecodeTensorKernel<T, Rope>;
+  static_assert(DecodeMergeKernel<T>::kRank == Kernel::kRank, "the merge's rows are the kernel's");
   launch(exec, "KokkosMLA::CacheAttention::attend_tensor", k, Kernel::kThreads, Kernel::scratch_bytes(), true,
          typename Kernel::bounds());
   if (k.splits > 1)
