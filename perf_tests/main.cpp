@@ -13,8 +13,9 @@
 //
 // Decode benchmarks (decode/float/..., and decode/bf16/... and decode/fp16/...
 // where Kokkos has the type: the tensor-core path on CUDA) time one CachePlan::execute per
-// iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part) and
-// report GB/s of the cache read once and useful GFLOP/s of the absorbed form.
+// iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part; and
+// H=16 without RoPE) and report GB/s of the cache read once and useful
+// GFLOP/s of the absorbed form.
 // decode_attention/bf16/... and fp16/... (CUDA with tensor cores) time the attention
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
@@ -203,6 +204,7 @@ std::vector<DecodeShape> decode_shapes() {
   for (std::int64_t heads : {16, 128})
     for (std::int64_t queries : {1, 2})
       for (std::int64_t keys : {4096, 8192}) s.push_back({128, queries, heads, keys, 64});
+  for (std::int64_t keys : {4096, 8192}) s.push_back({128, 1, 16, keys, 64, 128, 512, 0});  // no RoPE part
   return s;
 }
 
@@ -248,12 +250,14 @@ struct DecodeInputs {
     scatter_pages(block_table, seqlens, d.keys);
     using C = CacheArguments<T>;
     args.q = typename C::ConstRank4(q.data(), d.batch, d.queries, d.heads, d.head_dim);
-    args.q_rope = typename C::ConstRank4(q_rope.data(), d.batch, d.queries, d.heads, d.rope_dim);
+    if (d.rope_dim > 0)  // without RoPE, q_rope and k_rope stay absent (empty views)
+      args.q_rope = typename C::ConstRank4(q_rope.data(), d.batch, d.queries, d.heads, d.rope_dim);
     args.w_uk = typename C::ConstRank3(w_uk.data(), d.latent_dim, d.heads, d.head_dim);
     args.w_uv = typename C::ConstRank3(w_uv.data(), d.latent_dim, d.heads, d.head_dim);
     args.out = typename C::Rank4(out.data(), d.batch, d.queries, d.heads, d.head_dim);
     args.cache.latent = typename LatentCache<T>::Tokens(latent.data(), pages, d.page, d.latent_dim);
-    args.cache.k_rope = typename LatentCache<T>::Tokens(k_rope.data(), pages, d.page, d.rope_dim);
+    if (d.rope_dim > 0)
+      args.cache.k_rope = typename LatentCache<T>::Tokens(k_rope.data(), pages, d.page, d.rope_dim);
     args.cache.block_table = block_table;
     args.cache.seqlens = seqlens;
   }
@@ -303,8 +307,8 @@ void run_decode(benchmark::State& state, DecodeShape d) {
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["splits"] = plan.splits();
   static std::map<std::string, double> errors;
-  const std::string key =
-      std::to_string(d.heads) + "/" + std::to_string(d.queries) + "/" + std::to_string(d.keys);
+  const std::string key = std::to_string(d.heads) + "/" + std::to_string(d.queries) + "/" +
+                          std::to_string(d.keys) + "/" + std::to_string(d.rope_dim);
   if (!errors.count(key)) errors[key] = decode_relative_error(d, in);
   state.counters["relerr"] = errors[key];
   state.SetLabel(plan.describe());
@@ -376,7 +380,7 @@ void run_decode_attention(benchmark::State& state, DecodeShape d) {
 template <class T>
 void register_decode_attention(const char* type) {
   for (const DecodeShape& d : decode_shapes()) {
-    if (d.queries != 1) continue;  // FlashMLA's shapes
+    if (d.queries != 1 || d.rope_dim != 64) continue;  // FlashMLA's shapes
     const std::string name = std::string("decode_attention/") + type + "/" + decode_name(d);
     benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode_attention<T>(st, d); })
         ->UseManualTime()
