@@ -390,6 +390,15 @@ void register_decode_attention(const char* type) {
 }
 #endif
 
+/// A 16-bit type's decode benchmarks: the CachePlan, and on tensor cores the attention kernel alone.
+template <class T>
+void register_decode_16bit(const char* type) {
+  register_decode<T>(type);
+#ifdef KOKKOSMLA_TENSOR_CORES
+  register_decode_attention<T>(type);
+#endif
+}
+
 }  // namespace Bench
 }  // namespace KokkosMLA
 
@@ -415,16 +424,10 @@ int main(int argc, char** argv) {
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
 #if KOKKOSMLA_HAS_BHALF
-    KokkosMLA::Bench::register_decode<Kokkos::Experimental::bhalf_t>("bf16");
-#ifdef KOKKOSMLA_TENSOR_CORES
-    KokkosMLA::Bench::register_decode_attention<Kokkos::Experimental::bhalf_t>("bf16");
-#endif
+    KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::bhalf_t>("bf16");
 #endif
 #if KOKKOSMLA_HAS_HALF
-    KokkosMLA::Bench::register_decode<Kokkos::Experimental::half_t>("fp16");
-#ifdef KOKKOSMLA_TENSOR_CORES
-    KokkosMLA::Bench::register_decode_attention<Kokkos::Experimental::half_t>("fp16");
-#endif
+    KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::half_t>("fp16");
 #endif
     benchmark::Initialize(&argc, argv);
     benchmark::RunSpecifiedBenchmarks();

@@ -560,7 +560,8 @@ TEST(CacheReference, AbsorbedFormEqualsDecompressed) {
 
 #if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
 /// Cases of DeepSeek's widths (latent 512, RoPE 64: the tensor-core kernel on
-/// CUDA), tails in every extent, and one the tensor-core kernel does not take.
+/// CUDA), tails in every extent, one of latent 512 without RoPE (the same
+/// kernel, 512-wide rows), and one the tensor-core kernel does not take.
 std::vector<CacheCase> half_cases() {
   return {
       {1, 1, 1, 16, 512, 64, 1, 0, false, {1}},                 // one of everything
