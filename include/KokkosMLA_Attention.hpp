@@ -15,24 +15,6 @@ namespace KokkosMLA {
 
 namespace Impl {
 
-/// Everything a Plan decides once: the algorithm, team shape and tiles.
-struct LaunchConfig {
-  Algorithm algorithm = Algorithm::Fused;
-  int team_size = 1;
-  int scratch_level = 0;          ///< team scratch level of the attention kernel
-  int query_tile = 1;             ///< query tokens per team
-  int head_group = 1;             ///< heads per team (latent kernels)
-  int key_tile = 1;               ///< keys staged per step
-  int weight_chunk = 1;           ///< rows of w_uk / w_uv staged per step
-  std::size_t scratch_bytes = 0;  ///< per team, attention kernel
-  std::size_t scratch_max0 = 0;   ///< the backend's level-0 limit
-  int project_rows = 0;           ///< cache attention's per-head projections: rows,
-  int project_columns = 0;        ///< output columns
-  int project_chunk = 0;          ///< and inner-dimension chunk per team
-  int flash_variant = 0;          ///< Impl::FlashVariant of the Decompressed attention kernel
-  int row_threads = 1;            ///< threads sharing a query row (blocked flash kernel)
-};
-
 /// Row-major unmanaged views on the caller's memory: what the kernels take.
 template <class Scalar, class MemSpace>
 struct ViewTypes {
@@ -41,6 +23,20 @@ struct ViewTypes {
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
 };
+
+/// The views of one prefill call, as a path runs it; lse may be null.
+template <class Scalar, class MemSpace>
+struct PrefillViews {
+  using Types = ViewTypes<Scalar, MemSpace>;
+  typename Types::ConstRank4 q;
+  typename Types::ConstRank3 latent, w_uk, w_uv;
+  typename Types::Rank4 out;
+  compute_type<Scalar>* lse = nullptr;
+};
+
+/// A prefill path planned for one problem (src/paths/): what a Plan holds.
+template <class Scalar, class ExecSpace>
+class PlannedPrefill;
 
 /// What the host-side checks need to know of one argument.
 struct ArgInfo {
@@ -139,11 +135,12 @@ Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Opti
 /// Kokkos::DefaultHostExecutionSpace. A Plan's workspace is shared by its
 /// executions: run concurrent executions on separate Plans.
 ///
-/// 16-bit Scalars take the tensor-core path on CUDA GPUs of compute
-/// capability 8.0 and newer (Decompressed, head_dim 64 or 128: K and V by
-/// cuBLAS in fp32 accumulation, rounded to Scalar, then an mma.sync flash
-/// kernel); every other case widens the inputs to float, runs a float plan and
-/// rounds out to Scalar.
+/// The plan takes the first applicable path of an ordered list (path()
+/// names it; docs/api.md lists them). 16-bit Scalars take the tensor-core
+/// path on CUDA GPUs of compute capability 8.0 and newer (Decompressed,
+/// head_dim 64 or 128: K and V by cuBLAS in fp32 accumulation, rounded to
+/// Scalar, then an mma.sync flash kernel); every other case widens the inputs
+/// to float, runs a float plan and rounds out to Scalar.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class Plan {
   static_assert(is_supported_scalar<Scalar>,
@@ -170,12 +167,7 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out));
-    run(exec, typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
-        typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
-        typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
-        typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
-        nullptr);
+    run(exec, unmanaged(q, latent, w_uk, w_uv, out, nullptr));
   }
 
   /// As above, and also lse (B, T, H) of compute_type<Scalar>: the natural log
@@ -187,46 +179,39 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
-    run(exec, typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
-        typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
-        typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
-        typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-        typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
-        lse.data());
+    run(exec, unmanaged(q, latent, w_uk, w_uv, out, lse.data()));
   }
 
-  Algorithm algorithm() const { return config_.algorithm; }
+  /// The algorithm the chosen path computes (Fused, Absorbed or Decompressed).
+  Algorithm algorithm() const;
+  /// The execution path chosen for this problem and backend.
+  Path path() const;
   const Shape& shape() const { return shape_; }
   const Options& options() const { return options_; }
   double scale() const { return scale_; }
   /// Bytes this plan holds for its executions (a widened plan's included).
   std::size_t workspace_bytes() const;
-  /// One line: algorithm, team size, tiles and scratch, for logs.
+  /// One line: path, algorithm, team size, tiles and scratch, for logs.
   std::string describe() const;
 
  private:
-  void run(const ExecSpace& exec, const typename views::ConstRank4& q,
-           const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-           const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-           compute_type<Scalar>* lse) const;
-  void run_widened(const ExecSpace& exec, const typename views::ConstRank4& q,
-                   const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-                   const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-                   compute_type<Scalar>* lse) const;
-  void run_native(const ExecSpace& exec, const typename views::ConstRank4& q,
-                  const typename views::ConstRank3& latent, const typename views::ConstRank3& w_uk,
-                  const typename views::ConstRank3& w_uv, const typename views::Rank4& out,
-                  compute_type<Scalar>* lse) const;
+  using Call = Impl::PrefillViews<Scalar, memory_space>;
+  template <class Q, class L, class WK, class WV, class O>
+  static Call unmanaged(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
+                        compute_type<Scalar>* lse) {
+    return {typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
+            typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
+            typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
+            typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
+            typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
+            lse};
+  }
+  void run(const ExecSpace& exec, const Call& call) const;
 
   Shape shape_;
   Options options_;
   double scale_ = 1;
-  Impl::LaunchConfig config_;
-  Kokkos::View<Scalar*, memory_space> workspace_;
-  /// A 16-bit plan off the tensor-core path: a float plan and float copies of
-  /// the arguments (defined in the implementation).
-  struct Widened;
-  std::shared_ptr<const Widened> widened_;
+  std::shared_ptr<const Impl::PlannedPrefill<Scalar, ExecSpace>> path_;
 };
 
 /// out = causal multi-head latent attention of q over latent with the

@@ -74,6 +74,10 @@ namespace Impl {
 template <class Scalar, class MemorySpace>
 CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
                                     bool check_indices);
+
+/// A cache-attention path planned for one problem (src/paths/): what a CachePlan holds.
+template <class Scalar, class ExecSpace>
+class PlannedCache;
 }  // namespace Impl
 
 /// A cache-attention problem bound to an execution space: chooses the tiles
@@ -113,31 +117,27 @@ class CachePlan {
   void execute(const ExecSpace& exec, const arguments& args) const;
 
   const CacheShape& shape() const { return shape_; }
-  int splits() const { return splits_; }
+  /// Parts each sequence's keys are split into (1: no split).
+  int splits() const;
   double scale() const { return scale_; }
+  /// The execution path chosen for this problem and backend.
+  Path path() const;
   /// Bytes this plan holds for its executions (a widened plan's included).
   std::size_t workspace_bytes() const;
-  /// One line: splits, team size, tiles and scratch, for logs.
+  /// One line: path, splits, team size, tiles and scratch, for logs.
   std::string describe() const;
 
- private:
-  void plan_native(const ExecSpace& exec);
-  void run_native(const ExecSpace& exec, const arguments& args) const;
-  void run_widened(const ExecSpace& exec, const arguments& args) const;
+  /// For benchmarks of the attention step alone: attends with queries already
+  /// absorbed, qa (B, Tq, H, R) unscaled, writing oa in its place (args' q,
+  /// w_uk, w_uv and out are not read). Only the DecodeTensorSm80 path has a
+  /// separate attention step; other paths throw std::logic_error.
+  void impl_attend_absorbed(const ExecSpace& exec, const arguments& args, Scalar* qa) const;
 
+ private:
   CacheShape shape_;
   Options options_;
   double scale_ = 1;
-  int splits_ = 1;
-  bool in_registers_ = false;  ///< the GPU kernel with register accumulators
-  bool tensor_ = false;        ///< the tensor-core path of 16-bit Scalars
-  Impl::LaunchConfig config_;
-  Kokkos::View<Scalar*, memory_space> workspace_;
-  Kokkos::View<float*, memory_space> parts_;  ///< the tensor-core path's split parts
-  /// A 16-bit plan off the tensor-core path: a float plan and float copies of
-  /// the arguments (defined in the implementation).
-  struct Widened;
-  std::shared_ptr<const Widened> widened_;
+  std::shared_ptr<const Impl::PlannedCache<Scalar, ExecSpace>> path_;
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.

@@ -17,6 +17,22 @@ enum class Algorithm {
 
 std::string to_string(Algorithm a);
 
+/// The execution path a Plan or CachePlan runs: one kernel family, chosen
+/// once from an ordered list (fastest first, the portable paths last).
+enum class Path {
+  Fused,                 ///< prefill: the latent kernel, one launch
+  Absorbed,              ///< prefill: the latent kernels, three launches through a workspace
+  DecompressedPortable,  ///< prefill: K and V by GEMM, the portable flash kernel (any team size)
+  DecompressedBlocked,   ///< prefill: K and V by GEMM, the register-blocked flash kernel (GPUs)
+  FlashTensorSm80,       ///< prefill: K and V by cuBLAS, the mma.sync flash kernel (16-bit, TF32)
+  Widened,               ///< 16-bit plans off the tensor-core paths: a float plan on widened copies
+  CacheLatent,           ///< cache attention: the portable latent kernel (split-KV by lse)
+  CacheRegisters,        ///< cache attention: accumulators in registers, projections as team GEMMs (GPUs)
+  DecodeTensorSm80,      ///< cache attention: cuBLAS projections, the mma.sync decode kernel (16-bit)
+};
+
+std::string to_string(Path p);
+
 struct Options {
   /// Softmax scale; 1/sqrt(D) when unset. Must be finite.
   std::optional<double> scale;

@@ -27,7 +27,6 @@
 #include <KokkosMLA.hpp>
 
 #include "HashFill.hpp"
-#include "impl/KokkosMLA_DecodeTensorKernel.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -332,43 +331,23 @@ void register_decode(const char* type) {
   }
 }
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 /// The tensor-core decode path's attention alone (parts and merge) on a
-/// DecodeShape's cache, with absorbed queries (B, Tq, H, 512) given.
+/// DecodeShape's cache, with absorbed queries (B, Tq, H, 512) given: the
+/// CachePlan's own attention step, as FlashMLA's benchmark times its kernel.
 template <class T>
 void run_decode_attention(benchmark::State& state, DecodeShape d) {
   DecodeInputs<T> in(d);
   const std::int64_t rows = d.batch * d.queries * d.heads;
   View1<T> qa("qa", rows * d.latent_dim);
   Test::fill_hash(qa, 17, 1.0);
-  const CachePlan<T, Space> plan(Space(), cache_shape(in.args));  // for its split count
-  Kokkos::View<float*, Space> parts("parts",
-                                    plan.splits() > 1 ? plan.splits() * rows * (d.latent_dim + 1) : 0);
-  Impl::DecodeTensorKernel<T, 64> k;
-  k.qa = qa.data();
-  k.q_rope = in.q_rope.data();
-  Impl::LatentKeys<T> keys;
-  keys.latent = in.latent.data();
-  keys.latent_ld = d.latent_dim;
-  keys.rope = in.k_rope.data();
-  keys.rope_ld = d.rope_dim;
-  keys.block_table = in.block_table.data();
-  keys.table_ld = std::int64_t(in.block_table.extent(1));
-  keys.page_size = d.page;
-  keys.lengths = in.seqlens.data();
-  keys.keys = d.keys;
-  k.cache = keys;
-  k.oa = qa.data();
-  k.parts = parts.data();
-  k.lse = nullptr;
-  k.batch = d.batch;
-  k.queries = d.queries;
-  k.heads = d.heads;
-  k.splits = plan.splits();
-  k.scale = float(plan.scale());
-  k.causal = true;
+  const CachePlan<T, Space> plan(Space(), cache_shape(in.args));
+  if (plan.path() != Path::DecodeTensorSm80) {
+    state.SkipWithError(("no separate attention step on path " + to_string(plan.path())).c_str());
+    return;
+  }
   const Space exec;
-  time_each_call(state, exec, [&] { Impl::attend_decode_tensor(exec, k); });
+  time_each_call(state, exec, [&] { plan.impl_attend_absorbed(exec, in.args, qa.data()); });
   const double width = double(d.latent_dim + d.rope_dim);
   const double flops = double(rows) * d.keys * (width + d.latent_dim) * 2;
   const double bytes = sizeof(T) * (double(d.batch * d.keys) * width + rows * (width + d.latent_dim));
@@ -394,7 +373,7 @@ void register_decode_attention(const char* type) {
 template <class T>
 void register_decode_16bit(const char* type) {
   register_decode<T>(type);
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
   register_decode_attention<T>(type);
 #endif
 }

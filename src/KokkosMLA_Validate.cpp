@@ -26,6 +26,30 @@ std::string to_string(Algorithm a) {
   return "?";
 }
 
+std::string to_string(Path p) {
+  switch (p) {
+    case Path::Fused:
+      return "Fused";
+    case Path::Absorbed:
+      return "Absorbed";
+    case Path::DecompressedPortable:
+      return "DecompressedPortable";
+    case Path::DecompressedBlocked:
+      return "DecompressedBlocked";
+    case Path::FlashTensorSm80:
+      return "FlashTensorSm80";
+    case Path::Widened:
+      return "Widened";
+    case Path::CacheLatent:
+      return "CacheLatent";
+    case Path::CacheRegisters:
+      return "CacheRegisters";
+    case Path::DecodeTensorSm80:
+      return "DecodeTensorSm80";
+  }
+  return "?";
+}
+
 std::string to_string(const Shape& s) {
   std::ostringstream o;
   o << "(B=" << s.batch << ", T=" << s.queries << ", S=" << s.keys << ", H=" << s.heads

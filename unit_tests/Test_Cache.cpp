@@ -4,8 +4,6 @@
 
 #include "Reference.hpp"
 
-#include "impl/KokkosMLA_TensorOps.hpp"  // KOKKOSMLA_TENSOR_CORES
-
 #include <algorithm>
 #include <numeric>
 
@@ -311,7 +309,7 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
         CachePlan<T> plan(Space(), cache_shape(a), opt);
         // Every backend runs the register kernel for R <= 4 (GPUs for larger R too).
         if (c.latent_dim <= 4) {
-          EXPECT_NE(plan.describe().find("registers"), std::string::npos) << plan.describe();
+          EXPECT_EQ(plan.path(), Path::CacheRegisters) << plan.describe();
         }
         plan.execute(Space(), a);
         expect_matches_reference(l, a, opt);
@@ -605,9 +603,9 @@ CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
 }
 
 /// A CachePlan<T, ExecSpace> on a case with inputs rounded to T: out and lse
-/// within twice the error of the modelled 16-bit framework. Returns the plan's description.
+/// within twice the error of the modelled 16-bit framework. Returns the plan's path.
 template <class ExecSpace, class T>
-std::string expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed) {
+Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed) {
   const Logical l = rounded_to<T>(c, seed);
   std::vector<double> exact_lse, model_lse;
   const std::vector<double> exact = l.reference(opt, &exact_lse);
@@ -620,7 +618,7 @@ std::string expect_cache_accurate(const CacheCase& c, const Options& opt, std::u
   const double lse_bound = 2 * max_error(model_lse, exact_lse) + 1e-6;
   EXPECT_LE(max_error(Problem<T>::host_copy(a.out), exact), bound) << plan.describe();
   EXPECT_LE(max_error(Problem<T>::host_copy(a.lse), exact_lse), lse_bound) << plan.describe();
-  return plan.describe();
+  return plan.path();
 }
 
 template <class T>
@@ -644,9 +642,8 @@ TYPED_TEST(HalfCache, HostWithinTwiceFrameworkError) {
   std::uint64_t seed = 800;
   for (const CacheCase& c : {half_cases()[1], half_cases()[2], half_cases()[5]}) {
     SCOPED_TRACE(describe(c));
-    const std::string plan =
-        expect_cache_accurate<Kokkos::DefaultHostExecutionSpace, TypeParam>(c, {}, ++seed);
-    EXPECT_NE(plan.find("widened to float"), std::string::npos) << plan;
+    EXPECT_EQ((expect_cache_accurate<Kokkos::DefaultHostExecutionSpace, TypeParam>(c, {}, ++seed)),
+              Path::Widened);
   }
 }
 
@@ -655,19 +652,17 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
   CacheShape deepseek{2, 1, 16, 128, 512, 64, 256}, other = deepseek, no_rope = deepseek;
   other.rope_dim = 32;
   no_rope.rope_dim = 0;
-  const std::string on_device = CachePlan<T>(Space(), deepseek).describe();
-  const std::string without_rope = CachePlan<T>(Space(), no_rope).describe();
-  const std::string widths = CachePlan<T>(Space(), other).describe();
-  EXPECT_NE(widths.find("widened to float"), std::string::npos) << widths;
-#ifdef KOKKOSMLA_TENSOR_CORES
-  EXPECT_NE(on_device.find("on tensor cores"), std::string::npos) << on_device;
-  EXPECT_NE(without_rope.find("on tensor cores"), std::string::npos) << without_rope;
+  const CachePlan<T> on_device(Space(), deepseek), without_rope(Space(), no_rope), widths(Space(), other);
+  EXPECT_EQ(widths.path(), Path::Widened) << widths.describe();
+#if KOKKOSMLA_ENABLE_SM80
+  EXPECT_EQ(on_device.path(), Path::DecodeTensorSm80) << on_device.describe();
+  EXPECT_EQ(without_rope.path(), Path::DecodeTensorSm80) << without_rope.describe();
   Options many;
   many.kv_splits = 100;
   EXPECT_EQ(CachePlan<T>(Space(), deepseek, many).splits(), 64);  // the most its merge takes
 #else
-  EXPECT_NE(on_device.find("widened to float"), std::string::npos) << on_device;
-  EXPECT_NE(without_rope.find("widened to float"), std::string::npos) << without_rope;
+  EXPECT_EQ(on_device.path(), Path::Widened) << on_device.describe();
+  EXPECT_EQ(without_rope.path(), Path::Widened) << without_rope.describe();
 #endif
 }
 
@@ -722,7 +717,7 @@ TYPED_TEST(HalfCache, RepeatedCallsAreBitwiseEqual) {
   }
 }
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 // The tensor-core kernel copies cache rows in 16-byte pieces: a latent view
 // that starts one element off is refused before anything runs.
 TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {

@@ -21,7 +21,8 @@ namespace {
 
 struct Result {
   std::vector<double> out, lse;
-  std::string plan;
+  std::string plan;  ///< describe()
+  Path path;
 };
 
 /// Runs a Plan<T, ExecSpace> on copies of p's inputs in ExecSpace's memory.
@@ -39,11 +40,11 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   Problem<float>::poison(lse);
   const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
   plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
-  Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe()};
+  Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe(), plan.path()};
   return r;
 }
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 // TF32 keeps 10 mantissa bits of every product's operands (u = 2^-11 where
 // rounded, 2u where truncated); across the two GEMMs and two attention
 // products the error of out stays within 8u of its largest magnitude on these
@@ -58,7 +59,7 @@ TEST(Tf32, TensorCorePathWithinBound) {
     tf32.allow_tf32 = true;
     const Result r = run_plan<Space>(p, tf32);
     EXPECT_NE(r.plan.find("tf32"), std::string::npos) << r.plan;
-    EXPECT_NE(r.plan.find("flash=tensor-core"), std::string::npos) << r.plan;
+    EXPECT_EQ(r.path, Path::FlashTensorSm80) << r.plan;
     EXPECT_TRUE(close(r.out, reference(p), bound, s)) << r.plan;
   }
 }
@@ -68,7 +69,7 @@ TEST(Tf32, TensorCorePathWithinBound) {
 // kernel) the option changes nothing, bit for bit.
 TEST(Tf32, IgnoredOffTheTensorCorePath) {
   const Shape shapes[] = {{1, 5, 9, 2, 24, 16}
-#ifndef KOKKOSMLA_TENSOR_CORES
+#if !KOKKOSMLA_ENABLE_SM80
                           ,
                           {2, 37, 53, 3, 64, 40}
 #endif
@@ -79,6 +80,7 @@ TEST(Tf32, IgnoredOffTheTensorCorePath) {
     tf32.allow_tf32 = true;
     const Result with = run_plan<Space>(p, tf32), without = run_plan<Space>(p, {});
     EXPECT_EQ(with.plan.find("tf32"), std::string::npos) << with.plan;
+    EXPECT_NE(with.path, Path::FlashTensorSm80) << with.plan;
     for (std::size_t i = 0; i < with.out.size(); ++i)
       ASSERT_EQ(with.out[i], without.out[i]) << "element " << i;
   }
@@ -148,22 +150,22 @@ TYPED_TEST(HalfPrecision, EveryAlgorithmWithinTwiceFrameworkError) {
 
 TYPED_TEST(HalfPrecision, PathFollowsBackendAndShape) {
   const Shape tensor_shape{1, 8, 8, 2, 64, 16}, other_shape{1, 8, 8, 2, 48, 16};
-  const std::string on_host =
-      Plan<TypeParam, Kokkos::DefaultHostExecutionSpace>(Kokkos::DefaultHostExecutionSpace(), tensor_shape)
-          .describe();
-  EXPECT_NE(on_host.find("widened to float"), std::string::npos) << on_host;
+  const Plan<TypeParam, Kokkos::DefaultHostExecutionSpace> on_host(Kokkos::DefaultHostExecutionSpace(),
+                                                                   tensor_shape);
+  EXPECT_EQ(on_host.path(), Path::Widened) << on_host.describe();
   const Plan<TypeParam> device(Kokkos::DefaultExecutionSpace(), tensor_shape);
   const Plan<TypeParam> other(Kokkos::DefaultExecutionSpace(), other_shape);
+  EXPECT_EQ(other.path(), Path::Widened) << other.describe();
   EXPECT_NE(other.describe().find("widened to float"), std::string::npos) << other.describe();
-#ifdef KOKKOSMLA_TENSOR_CORES
-  EXPECT_NE(device.describe().find("flash=tensor-core"), std::string::npos) << device.describe();
+#if KOKKOSMLA_ENABLE_SM80
+  EXPECT_EQ(device.path(), Path::FlashTensorSm80) << device.describe();
   EXPECT_EQ(device.algorithm(), Algorithm::Decompressed);
 #else
-  EXPECT_NE(device.describe().find("widened to float"), std::string::npos) << device.describe();
+  EXPECT_EQ(device.path(), Path::Widened) << device.describe();
 #endif
 }
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 // The order in which teams take (batch, head) pairs and query tiles changes
 // no result: groups of 4 pairs out of 6 (the last one partial) equal one pair
 // per group, bit for bit.

@@ -36,7 +36,7 @@
 #include "KokkosMLA_Launch.hpp"
 #include "KokkosMLA_TensorOps.hpp"
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 namespace KokkosMLA {
 namespace Impl {
 
@@ -101,14 +101,17 @@ struct DecodeTensorKernel {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     attend(team);
+#elif defined(__CUDA_ARCH__)
+    (void)team;
+    Kokkos::abort("KokkosMLA::DecodeTensorKernel: this GPU's code was built without sm_80 instructions");
 #else
     (void)team;
 #endif
   }
 
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from `end`
   /// on) into a tile as one group. Thread `rank` copies key rank / 8: the
   /// latent's 16-byte pieces rank % 8 + 8j (eight threads read 128 contiguous
@@ -420,5 +423,5 @@ void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T, 
 }  // namespace Impl
 }  // namespace KokkosMLA
 
-#endif  // KOKKOSMLA_TENSOR_CORES
+#endif  // KOKKOSMLA_ENABLE_SM80
 #endif

@@ -123,7 +123,7 @@ struct FlashBlockedKernel {
     return (d + 3) / 4 <= std::int64_t(g.row_threads) * G;
   }
 
-  int league_size() const { return int(batch * heads * query_tiles(layout(grid, dim))); }
+  std::int64_t league_size() const { return batch * heads * query_tiles(layout(grid, dim)); }
   KOKKOS_INLINE_FUNCTION int query_tiles(const Layout& l) const {
     return int((queries + l.rows - 1) / l.rows);
   }

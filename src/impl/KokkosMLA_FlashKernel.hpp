@@ -54,7 +54,7 @@ struct FlashAttentionKernel {
     return ScratchView::shmem_size(layout(t, d).total);
   }
 
-  int league_size() const { return int(batch * heads * query_tiles()); }
+  std::int64_t league_size() const { return batch * heads * query_tiles(); }
   KOKKOS_INLINE_FUNCTION int query_tiles() const {
     return int((queries + tiles.query_tile - 1) / tiles.query_tile);
   }

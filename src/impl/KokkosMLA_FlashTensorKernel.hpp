@@ -26,7 +26,7 @@
 
 #include "KokkosMLA_TensorOps.hpp"
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_SM80
 namespace KokkosMLA {
 namespace Impl {
 
@@ -76,14 +76,17 @@ struct FlashTensorKernel {
   std::int64_t league_size() const { return query_tiles() * batch * heads; }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     attend(team);
+#elif defined(__CUDA_ARCH__)
+    (void)team;
+    Kokkos::abort("KokkosMLA::FlashTensorKernel: this GPU's code was built without sm_80 instructions");
 #else
     (void)team;
 #endif
   }
 
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   /// Starts copying keys k0 .. k0 + kKeys - 1 of one head into a tile with
   /// rows of ld elements (zeros past the last key) as one group: thread `rank`
   /// copies piece rank % kChunks of rows rank / kChunks + i * kThreads / kChunks.
@@ -251,5 +254,5 @@ struct FlashTensorKernel {
 }  // namespace Impl
 }  // namespace KokkosMLA
 
-#endif  // KOKKOSMLA_TENSOR_CORES
+#endif  // KOKKOSMLA_ENABLE_SM80
 #endif

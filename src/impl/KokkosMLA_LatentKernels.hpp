@@ -48,6 +48,25 @@ struct LatentKeys {
   }
 };
 
+/// How a LatentCache's rows are addressed; rope_dim > 0 without k_rope means packed.
+template <class Scalar, class Cache>
+LatentKeys<Scalar> latent_keys(const Cache& cache, std::int64_t rank, std::int64_t rope_dim) {
+  LatentKeys<Scalar> k;
+  k.latent = cache.latent.data();
+  k.latent_ld = std::int64_t(cache.latent.extent(2));
+  if (rope_dim > 0) {
+    const bool packed = cache.k_rope.size() == 0;
+    k.rope = packed ? cache.latent.data() + rank : cache.k_rope.data();
+    k.rope_ld = packed ? k.latent_ld : rope_dim;
+  }
+  k.block_table = cache.block_table.size() > 0 ? cache.block_table.data() : nullptr;
+  k.table_ld = std::int64_t(cache.block_table.extent(1));
+  k.page_size = std::int64_t(cache.latent.extent(1));
+  k.lengths = cache.seqlens.data();
+  k.keys = (k.block_table ? k.table_ld : 1) * k.page_size;
+  return k;
+}
+
 /// Reads element (i, j) of keys s0 + i of sequence b, column j of a cache array.
 template <class T>
 struct KeyRows {
@@ -135,7 +154,7 @@ struct LatentKernel {
   KOKKOS_INLINE_FUNCTION int token_tiles() const { return int((queries + tiles.tokens - 1) / tiles.tokens); }
   KOKKOS_INLINE_FUNCTION int head_groups() const { return int((heads + tiles.heads - 1) / tiles.heads); }
   KOKKOS_INLINE_FUNCTION int parts_per_row() const { return Step == LatentStep::Split ? splits : 1; }
-  int league_size() const { return int(batch * head_groups() * token_tiles() * parts_per_row()); }
+  std::int64_t league_size() const { return batch * head_groups() * token_tiles() * parts_per_row(); }
 
   /// The rows a team owns, and for Split, which part of the keys.
   struct Block {

@@ -4,13 +4,32 @@
 
 #include <KokkosMLA_Attention.hpp>
 
+#include "KokkosMLA_Backend.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
 
+#include <climits>
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
 namespace KokkosMLA {
 namespace Impl {
+
+/// The launch of the latent, decode and projection kernels a path planned:
+/// the backend, the team and the tiles (fitted to the kernel's scratch budget).
+struct LaunchConfig {
+  Backend backend;
+  int team_size = 1;
+  int scratch_level = 0;          ///< team scratch level of the attention kernel
+  int query_tile = 1;             ///< query tokens per team
+  int head_group = 1;             ///< heads per team (latent kernels)
+  int key_tile = 1;               ///< keys staged per step
+  int weight_chunk = 1;           ///< rows of w_uk / w_uv staged per step
+  std::size_t scratch_bytes = 0;  ///< per team, attention kernel
+  int project_rows = 0;           ///< cache attention's per-head projections: rows,
+  int project_columns = 0;        ///< output columns
+  int project_chunk = 0;          ///< and inner-dimension chunk per team
+};
 
 /// Launches kernel k with its scratch, as many threads per team as asked for
 /// and the backend allows for this kernel (under the launch bounds given). A
@@ -20,14 +39,18 @@ template <class ExecSpace, class Kernel, class Bounds = Kokkos::LaunchBounds<>>
 void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_size,
             std::size_t scratch_bytes, bool exact = false, Bounds = Bounds()) {
   using Policy = Kokkos::TeamPolicy<ExecSpace, Bounds>;
-  if (k.league_size() <= 0) throw std::invalid_argument(std::string(label) + ": too many teams");
-  Policy probe(exec, k.league_size(), 1);
+  // Counted in 64 bits: a league past Kokkos' int range is an error, not a wrapped count.
+  const std::int64_t league = std::int64_t(k.league_size());
+  if (league <= 0 || league > std::int64_t(INT_MAX))
+    throw std::invalid_argument(std::string(label) + ": " + std::to_string(league) +
+                                " teams, outside the 1 .. INT_MAX a launch takes");
+  Policy probe(exec, int(league), 1);
   probe.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
   const int allowed = probe.team_size_max(k, Kokkos::ParallelForTag());
   if (exact && allowed < team_size)
     throw std::runtime_error(std::string(label) + ": needs " + std::to_string(team_size) +
                              " threads per team, the backend allows " + std::to_string(allowed));
-  Policy policy(exec, k.league_size(), team_size < allowed ? team_size : allowed);
+  Policy policy(exec, int(league), team_size < allowed ? team_size : allowed);
   policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
   Kokkos::parallel_for(label, policy, k);
 }
@@ -59,7 +82,8 @@ inline LatentTiles latent_tiles_of(const LaunchConfig& c) {
 template <class ExecSpace, class Kernel>
 void launch_tiled(const ExecSpace& exec, const char* label, Kernel k, const LaunchConfig& c) {
   const std::size_t bytes = k.scratch_bytes(k.tiles);
-  k.scratch_level = bytes <= c.scratch_max0 ? 0 : 1;
+  const std::size_t budget = c.backend.scratch_budget(demand_of<typename Kernel::bounds>(c.team_size));
+  k.scratch_level = bytes <= budget ? 0 : 1;
   launch(exec, label, k, c.team_size, bytes, Kernel::needs_full_team, typename Kernel::bounds());
 }
 

@@ -60,7 +60,7 @@ struct ProjectKernel {
   KOKKOS_INLINE_FUNCTION int column_blocks() const {
     return int((out_width() + tiles.columns - 1) / tiles.columns);
   }
-  int league_size() const { return int(heads * row_blocks() * column_blocks()); }
+  std::int64_t league_size() const { return heads * row_blocks() * column_blocks(); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t league = team.league_rank();

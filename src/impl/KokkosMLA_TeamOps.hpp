@@ -6,19 +6,13 @@
 // serves scratch and global memory alike, and all work for any team size
 // (Serial's is 1) and any tile extents.
 
+#include "KokkosMLA_Backend.hpp"
 #include "KokkosMLA_Compat.hpp"
 
 #include <cstdint>
 
 namespace KokkosMLA {
 namespace Impl {
-
-/// Threads per team the kernels ask for (clamped at launch): host teams are
-/// one thread, as teams map to cores; GPU teams a few warps.
-template <class ExecSpace>
-constexpr int preferred_team_size() {
-  return is_host_space<ExecSpace>() ? 1 : 128;
-}
 
 /// A row-major matrix: element (i, j) at ptr[i * ld + j].
 template <class T>

@@ -5,9 +5,10 @@
 // outputs and fp32 accumulation (Kokkos Kernels' GEMM has no such
 // mixed-precision path), or fp32 with TF32 products.
 
-#include "KokkosMLA_TensorOps.hpp"
+#include <KokkosMLA_Precision.hpp>
+#include <KokkosMLA_config.hpp>
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_CUBLAS
 namespace KokkosMLA {
 namespace Impl {
 

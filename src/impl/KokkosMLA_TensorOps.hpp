@@ -8,10 +8,11 @@
 //   float (TF32): m16n8k8 products, q and P rounded to TF32, K and V
 //     truncated; 32-key steps (two fp32 tiles of 64 keys would not fit the
 //     48 KB of a Kokkos team).
-// Defines KOKKOSMLA_TENSOR_CORES where they exist; the portable kernels serve
-// every other target.
+// Built where the build declares them (KOKKOSMLA_ENABLE_SM80 in
+// KokkosMLA_config.hpp); the portable kernels serve every other target.
 
 #include <KokkosMLA_Precision.hpp>
+#include <KokkosMLA_config.hpp>
 
 #include "KokkosMLA_Compat.hpp"
 
@@ -19,12 +20,12 @@
 #include <stdexcept>
 #include <string>
 
-#if defined(KOKKOS_ENABLE_CUDA) && (defined(KOKKOS_ARCH_AMPERE) || defined(KOKKOS_ARCH_ADA89) || \
-                                    defined(KOKKOS_ARCH_HOPPER) || defined(KOKKOS_ARCH_BLACKWELL))
-#define KOKKOSMLA_TENSOR_CORES 1
+#if KOKKOSMLA_ENABLE_SM80
+// Device code of the tensor-core kernels exists only in passes for compute
+// capability 8.0 and newer; their kernels abort, naming themselves, elsewhere.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#define KOKKOSMLA_SM80_DEVICE_CODE 1
 #endif
-
-#ifdef KOKKOSMLA_TENSOR_CORES
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -49,7 +50,7 @@ struct Mma;
 template <>
 struct Mma<Kokkos::Experimental::bhalf_t> {
   KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -60,7 +61,7 @@ struct Mma<Kokkos::Experimental::bhalf_t> {
 #endif
   }
   KOKKOS_INLINE_FUNCTION static unsigned pack(float lo, float hi) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *reinterpret_cast<const unsigned*>(&v);
 #else
@@ -75,7 +76,7 @@ struct Mma<Kokkos::Experimental::bhalf_t> {
 template <>
 struct Mma<Kokkos::Experimental::half_t> {
   KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     asm volatile(
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -86,7 +87,7 @@ struct Mma<Kokkos::Experimental::half_t> {
 #endif
   }
   KOKKOS_INLINE_FUNCTION static unsigned pack(float lo, float hi) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     const __half2 v = __floats2half2_rn(lo, hi);
     return *reinterpret_cast<const unsigned*>(&v);
 #else
@@ -101,7 +102,7 @@ struct Mma<Kokkos::Experimental::half_t> {
 /// address of row l % 8 of matrix l / 8, and register i receives this lane's
 /// pair of matrix i (column lane / 4, rows 2 (lane % 4) and the next).
 KOKKOS_INLINE_FUNCTION void load_matrices_transposed(const std::uint16_t* row, unsigned (&r)[4]) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   const unsigned address = unsigned(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -114,7 +115,7 @@ KOKKOS_INLINE_FUNCTION void load_matrices_transposed(const std::uint16_t* row, u
 /// As above, not transposed: register i receives row lane / 4, columns
 /// 2 (lane % 4) and the next, of matrix i.
 KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r)[4]) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   const unsigned address = unsigned(__cvta_generic_to_shared(row));
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
@@ -128,7 +129,7 @@ KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r
 /// Team-scratch pointers reach the compiler as generic ones, whose loads wait
 /// on the long scoreboard like global loads.
 KOKKOS_INLINE_FUNCTION void store_shared(float* at, const float (&v)[4]) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   const unsigned address = unsigned(__cvta_generic_to_shared(at));
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(v[0]), "f"(v[1]), "f"(v[2]),
                "f"(v[3])
@@ -139,7 +140,7 @@ KOKKOS_INLINE_FUNCTION void store_shared(float* at, const float (&v)[4]) {
 }
 
 KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float (&v)[4]) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   const unsigned address = unsigned(__cvta_generic_to_shared(at));
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
@@ -158,7 +159,7 @@ enum class CopyVia { L2, L1 };
 /// valid == false it writes zeros and reads nothing.
 template <CopyVia Via = CopyVia::L2>
 KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   const unsigned address = unsigned(__cvta_generic_to_shared(to));
   if constexpr (Via == CopyVia::L1)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
@@ -173,7 +174,7 @@ KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
 
 /// Closes the group of copies started since the last commit.
 KOKKOS_INLINE_FUNCTION void commit_copies() {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   asm volatile("cp.async.commit_group;\n" ::);
 #endif
 }
@@ -181,7 +182,7 @@ KOKKOS_INLINE_FUNCTION void commit_copies() {
 /// Waits until at most N committed groups of this thread are in flight.
 template <int N>
 KOKKOS_INLINE_FUNCTION void wait_copies() {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 #endif
 }
@@ -189,7 +190,7 @@ KOKKOS_INLINE_FUNCTION void wait_copies() {
 template <>
 struct Mma<float> {
   KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
     asm volatile(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
         "{%0,%1,%2,%3};\n"
@@ -204,7 +205,7 @@ struct Mma<float> {
 /// 2^x by the special-function unit (relative error about 2^-22; 2^-inf = 0):
 /// exp2f without fast-math adds range handling the softmax does not need.
 KOKKOS_INLINE_FUNCTION float fast_exp2(float x) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   float r;
   asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(r) : "f"(x));
   return r;
@@ -216,7 +217,7 @@ KOKKOS_INLINE_FUNCTION float fast_exp2(float x) {
 
 /// x rounded to TF32 (10 explicit mantissa bits, to nearest, ties away).
 KOKKOS_INLINE_FUNCTION unsigned to_tf32(float x) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   unsigned r;
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return r;
@@ -295,7 +296,7 @@ struct TensorOperands {
 /// x as a TF32 operand as it is: the tensor core ignores the 13 low mantissa
 /// bits, i.e. truncates (relative error below 2^-10), for no instruction.
 KOKKOS_INLINE_FUNCTION unsigned as_tf32(float x) {
-#ifdef __CUDA_ARCH__
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
   return __float_as_uint(x);
 #else
   (void)x;
@@ -366,5 +367,5 @@ struct TensorOperands<float, D> {
 }  // namespace Impl
 }  // namespace KokkosMLA
 
-#endif  // KOKKOSMLA_TENSOR_CORES
+#endif  // KOKKOSMLA_ENABLE_SM80
 #endif

@@ -1,14 +1,17 @@
 #ifndef KOKKOSMLA_TILING_HPP
 #define KOKKOSMLA_TILING_HPP
-// Tile sizes per kernel, fitted to the backend's team scratch limits: the
-// preferred tiles shrink until they fit level 0; when even small tiles do not,
-// the preferred tiles go to level 1 (global memory on GPUs).
+// Tile sizes per kernel, fitted to the kernel's level-0 scratch budget
+// (Backend::scratch_budget): the preferred tiles shrink until they fit level
+// 0; when even small tiles do not, the preferred tiles go to level 1 (global
+// memory on GPUs).
 
 #include <KokkosMLA_Attention.hpp>
 
+#include "KokkosMLA_Backend.hpp"
 #include "KokkosMLA_DecodeKernel.hpp"
 #include "KokkosMLA_FlashBlockedKernel.hpp"
 #include "KokkosMLA_FlashKernel.hpp"
+#include "KokkosMLA_Launch.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
 #include "KokkosMLA_ProjectKernel.hpp"
 
@@ -18,26 +21,6 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// What a backend offers a team.
-struct Backend {
-  bool host = true;
-  int concurrency = 1;
-  std::size_t scratch_max[2] = {0, 0};
-  int team_size = 1;  ///< threads per team we ask for (clamped at launch)
-};
-
-template <class ExecSpace>
-Backend backend_of(const ExecSpace& exec) {
-  Backend b;
-  b.host = is_host_space<ExecSpace>();
-  b.concurrency = exec.concurrency();
-  Kokkos::TeamPolicy<ExecSpace> policy(exec, 1, 1);
-  b.scratch_max[0] = std::size_t(policy.scratch_size_max(0));
-  b.scratch_max[1] = std::size_t(policy.scratch_size_max(1));
-  b.team_size = preferred_team_size<ExecSpace>();
-  return b;
-}
-
 template <class Tiles>
 struct Fitted {
   Tiles tiles;
@@ -45,14 +28,7 @@ struct Fitted {
   std::size_t bytes = 0;
 };
 
-/// Records fitted tiles, their scratch level and bytes in a plan's config.
-inline void apply(LaunchConfig& c, const Fitted<FlashTiles>& f) {
-  c.query_tile = f.tiles.query_tile;
-  c.key_tile = f.tiles.key_tile;
-  c.scratch_level = f.level;
-  c.scratch_bytes = f.bytes;
-}
-
+/// Records a latent kernel's fitted tiles, their scratch level and bytes.
 inline void apply(LaunchConfig& c, const Fitted<LatentTiles>& f) {
   c.query_tile = f.tiles.tokens;
   c.head_group = f.tiles.heads;
@@ -63,13 +39,14 @@ inline void apply(LaunchConfig& c, const Fitted<LatentTiles>& f) {
 }
 
 /// Halves one tile dimension at a time (shrink returns false when none can
-/// shrink) until bytes(tiles) fits level 0; otherwise uses level 1.
+/// shrink) until bytes(tiles) fits the level-0 budget; otherwise uses level 1.
 template <class Tiles, class Bytes, class Shrink>
-Fitted<Tiles> fit(const Tiles& preferred, const Backend& be, Bytes bytes, Shrink shrink, const char* kernel) {
+Fitted<Tiles> fit(const Tiles& preferred, std::size_t budget0, const Backend& be, Bytes bytes, Shrink shrink,
+                  const char* kernel) {
   Tiles t = preferred;
-  while (bytes(t) > be.scratch_max[0] && shrink(t)) {
+  while (bytes(t) > budget0 && shrink(t)) {
   }
-  if (bytes(t) <= be.scratch_max[0]) return {t, 0, bytes(t)};
+  if (bytes(t) <= budget0) return {t, 0, bytes(t)};
   t = preferred;
   while (bytes(t) > be.scratch_max[1] && shrink(t)) {
   }
@@ -98,7 +75,8 @@ Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
     larger /= 2;
     return true;
   };
-  return fit(t, be, bytes, shrink, "flash attention");
+  const std::size_t budget = be.scratch_budget(demand_of<Kokkos::LaunchBounds<>>(be.team_size));
+  return fit(t, budget, be, bytes, shrink, "flash attention");
 }
 
 /// Which flash kernel runs Decompressed's attention: the portable one, the
@@ -161,7 +139,8 @@ bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   const int threads = most > 0 && most < be.team_size ? most : be.team_size;
   FlashGrid g{threads, threads % tc == 0 ? tc : 1};
   const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
-  if (!Kernel::covers(g, s.head_dim) || bytes > be.scratch_max[0]) return false;
+  const std::size_t budget = be.scratch_budget(demand_of<typename FlashBlock<V>::bounds>(threads));
+  if (!Kernel::covers(g, s.head_dim) || bytes > budget) return false;
   const auto l = Kernel::layout(g, s.head_dim);
   if (2 * s.queries < l.rows) return false;
   c = {V, g, FlashTiles{l.rows, l.cols}, bytes};
@@ -211,7 +190,8 @@ Fitted<LatentTiles> latent_tiles(const Kernel& k, std::int64_t keys, const Backe
     return x.key_tile != old.key_tile || x.weight_chunk != old.weight_chunk || x.heads != old.heads ||
            x.tokens != old.tokens;
   };
-  return fit(t, be, bytes, shrink, "latent attention");
+  const std::size_t budget = be.scratch_budget(demand_of<typename Kernel::bounds>(be.team_size));
+  return fit(t, budget, be, bytes, shrink, "latent attention");
 }
 
 /// Tiles for a ProjectKernel: 32 rows x 64 columns, inner chunks of 32
@@ -226,7 +206,8 @@ Fitted<ProjectTiles> project_tiles(const Kernel& k, const Backend& be) {
     if (x.chunk > 1) return (x.chunk /= 2), true;
     return false;
   };
-  return fit(t, be, bytes, shrink, "projection");
+  const std::size_t budget = be.scratch_budget(demand_of<typename Kernel::bounds>(be.team_size));
+  return fit(t, budget, be, bytes, shrink, "projection");
 }
 
 /// Tiles for a DecodeKernel: up to kMaxRows rows (all of one token's heads
@@ -245,7 +226,8 @@ Fitted<LatentTiles> decode_tiles(const Kernel& k, std::int64_t keys, const Backe
     if (x.heads > 1) return (x.heads /= 2), true;
     return false;
   };
-  return fit(t, be, bytes, shrink, "decode");
+  const std::size_t budget = be.scratch_budget(demand_of<typename Kernel::bounds>(be.team_size));
+  return fit(t, budget, be, bytes, shrink, "decode");
 }
 
 }  // namespace Impl

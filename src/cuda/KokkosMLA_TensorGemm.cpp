@@ -2,7 +2,7 @@
 
 #include "impl/KokkosMLA_TensorGemm.hpp"
 
-#ifdef KOKKOSMLA_TENSOR_CORES
+#if KOKKOSMLA_ENABLE_CUBLAS
 #include <cublas_v2.h>
 
 #include <climits>

@@ -1,0 +1,43 @@
+#ifndef KOKKOSMLA_DECODETENSORSM80_HPP
+#define KOKKOSMLA_DECODETENSORSM80_HPP
+// Cache attention on tensor cores (compute capability 8.0+), 16-bit types,
+// latent_dim 512 with rope_dim 64 or 0: queries absorbed and outputs
+// up-projected by cuBLAS (fp32 accumulation), attention in parts by the
+// mma.sync decode kernel, merged by lse
+// (src/impl/KokkosMLA_DecodeTensorKernel.hpp). Defined in
+// KokkosMLA_DecodeTensorSm80.cpp, built where KOKKOSMLA_ENABLE_SM80.
+
+#include "paths/KokkosMLA_PathUnit.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class Scalar, class ExecSpace>
+class DecodeTensorSm80Path final : public PlannedCache<Scalar, ExecSpace> {
+ public:
+  static constexpr bool available =
+      KOKKOSMLA_ENABLE_SM80 && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
+  static bool applicable(const CacheProblem& p);
+  using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
+
+  DecodeTensorSm80Path(const ExecSpace& exec, const CacheProblem& p);
+  Path path() const override { return Path::DecodeTensorSm80; }
+  int splits() const override { return splits_; }
+  std::string describe() const override;
+  std::size_t workspace_bytes() const override {
+    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float);
+  }
+  void run(const ExecSpace& exec, const Call& call) const override;
+  void attend_absorbed(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
+
+ private:
+  CacheProblem problem_;
+  int splits_ = 1;
+  Kokkos::View<Scalar*, typename ExecSpace::memory_space> qa_;    ///< (B, Tq, H, R) qa, then oa
+  Kokkos::View<float*, typename ExecSpace::memory_space> parts_;  ///< the split parts' fp32 oa and lse
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,95 @@
+// The FlashTensorSm80 path (see the header).
+
+#include "cuda/KokkosMLA_FlashTensorSm80.hpp"
+
+#include "impl/KokkosMLA_FlashTensorKernel.hpp"
+#include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_TensorGemm.hpp"
+#include "impl/KokkosMLA_Widen.hpp"
+
+#include <sstream>
+
+namespace KokkosMLA {
+namespace Impl {
+
+namespace {
+
+template <class T, int D>
+void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
+                         const T* k, const T* v, T* out, float* lse) {
+  using Kernel = FlashTensorKernel<T, D>;
+  Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
+  f.head_group = Kernel::head_group_for(s.keys);
+  launch(exec, "KokkosMLA::Decompressed::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
+         typename Kernel::bounds());
+}
+
+/// The kernel's scratch per team for head dimension d.
+template <class T>
+std::size_t scratch_bytes(std::int64_t d) {
+  return d == 64 ? FlashTensorKernel<T, 64>::scratch_bytes() : FlashTensorKernel<T, 128>::scratch_bytes();
+}
+
+}  // namespace
+
+template <class Scalar, class ExecSpace>
+bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p) {
+  using Kernel = FlashTensorKernel<Scalar, 128>;
+  const Options& opt = p.options;
+  const std::int64_t d = p.shape.head_dim;
+  return (is_half_precision<Scalar>::value || opt.allow_tf32) &&
+         (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
+         (d == 64 || d == 128) && p.backend.compute_capability >= 80 &&
+         scratch_bytes<Scalar>(d) <=
+             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads));
+}
+
+template <class Scalar, class ExecSpace>
+FlashTensorSm80Path<Scalar, ExecSpace>::FlashTensorSm80Path(const ExecSpace&, const PrefillProblem& p)
+    : problem_(p),
+      kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
+          "KokkosMLA::Plan::workspace",
+          2 * p.shape.batch * p.shape.keys * p.shape.heads * p.shape.head_dim)) {}
+
+template <class Scalar, class ExecSpace>
+std::string FlashTensorSm80Path<Scalar, ExecSpace>::describe() const {
+  using Kernel = FlashTensorKernel<Scalar, 128>;
+  std::ostringstream o;
+  o << "team_size=" << Kernel::kThreads << " query_tile=" << Kernel::kRows << " flash=tensor-core"
+    << (std::is_same<Scalar, float>::value ? " products=tf32" : "") << " key_tile=" << Kernel::kKeys
+    << " scratch=" << scratch_bytes<Scalar>(problem_.shape.head_dim) << "B@level0";
+  return o.str();
+}
+
+template <class Scalar, class ExecSpace>
+void FlashTensorSm80Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& c) const {
+  const char* caller = "KokkosMLA::Plan::execute";
+  // The kernel reads q and writes out in pairs of elements.
+  require_aligned(caller, "q", c.q.data(), 2 * sizeof(Scalar));
+  require_aligned(caller, "out", c.out.data(), 2 * sizeof(Scalar));
+  const Shape& s = problem_.shape;
+  const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+  Scalar* k = kv_.data();
+  Scalar* v = k + rows * cols;
+  Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
+  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uk.data(), k);
+  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uv.data(), v);
+  Kokkos::Profiling::popRegion();
+  const float scale = float(problem_.scale);
+  const bool causal = problem_.options.causal;
+  if (s.head_dim == 64)
+    launch_flash_tensor<Scalar, 64>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
+  else
+    launch_flash_tensor<Scalar, 128>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
+}
+
+template class FlashTensorSm80Path<float, Kokkos::Cuda>;
+#if KOKKOSMLA_HAS_HALF
+template class FlashTensorSm80Path<Kokkos::Experimental::half_t, Kokkos::Cuda>;
+#endif
+#if KOKKOSMLA_HAS_BHALF
+template class FlashTensorSm80Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+#endif
+
+}  // namespace Impl
+}  // namespace KokkosMLA

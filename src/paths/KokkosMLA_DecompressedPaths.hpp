@@ -1,0 +1,163 @@
+#ifndef KOKKOSMLA_DECOMPRESSEDPATHS_HPP
+#define KOKKOSMLA_DECOMPRESSEDPATHS_HPP
+// Decompressed prefill: K = latent W_uk and V = latent W_uv as one GEMM each
+// (Kokkos Kernels: cuBLAS or OpenBLAS through its TPLs) into the workspace,
+// then flash attention per (batch, head, query tile). Two paths differ in the
+// flash kernel: the register-blocked one on GPUs where its tile fits and is
+// well used, else the portable one (any backend, any team size).
+
+#include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_Tiling.hpp"
+
+#include <sstream>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// What both Decompressed paths share: the K and V workspace and the GEMMs that fill it.
+template <class Scalar, class ExecSpace>
+class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
+ public:
+  static constexpr bool available = !is_half_precision<Scalar>::value;
+  static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Decompressed; }
+  using Call = typename PlannedPrefill<Scalar, ExecSpace>::Call;
+
+  explicit DecompressedPrefill(const PrefillProblem& p)
+      : problem_(p),
+        kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
+            "KokkosMLA::Plan::workspace",
+            2 * p.shape.batch * p.shape.keys * p.shape.heads * p.shape.head_dim)) {}
+  Algorithm algorithm() const override { return Algorithm::Decompressed; }
+  std::size_t workspace_bytes() const override { return kv_.span() * sizeof(Scalar); }
+
+ protected:
+  /// K then V, each (B, S, H, D), in the workspace; returns K (V follows it).
+  Scalar* decompress(const ExecSpace& exec, const Call& c) const {
+    using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, typename ExecSpace::memory_space,
+                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, typename ExecSpace::memory_space,
+                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+    const Shape& s = problem_.shape;
+    // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
+    // their product is K as (B, S, H, D), one GEMM for all heads.
+    const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+    const ConstMatrix lat(c.latent.data(), rows, s.latent_dim);
+    Scalar* ws = kv_.data();
+    const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
+    // Kokkos Kernels names its own kernels; the region tells tools they belong to this library.
+    Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
+    Impl::gemm(exec, lat, ConstMatrix(c.w_uk.data(), s.latent_dim, cols), k);
+    Impl::gemm(exec, lat, ConstMatrix(c.w_uv.data(), s.latent_dim, cols), v);
+    Kokkos::Profiling::popRegion();
+    return ws;
+  }
+  std::int64_t kv_elements() const {
+    return problem_.shape.batch * problem_.shape.keys * problem_.shape.heads * problem_.shape.head_dim;
+  }
+
+  PrefillProblem problem_;
+  Kokkos::View<Scalar*, typename ExecSpace::memory_space> kv_;
+};
+
+/// The portable flash kernel, tiles fitted to its scratch budget (level 1 when level 0 is too small).
+template <class Scalar, class ExecSpace>
+class DecompressedPortablePath final : public DecompressedPrefill<Scalar, ExecSpace> {
+  using Base = DecompressedPrefill<Scalar, ExecSpace>;
+
+ public:
+  static bool applicable(const PrefillProblem& p) { return p.wanted == Algorithm::Decompressed; }
+
+  DecompressedPortablePath(const ExecSpace&, const PrefillProblem& p)
+      : Base(p), fitted_(flash_tiles<ExecSpace, Scalar>(p.shape, p.backend)) {}
+  Path path() const override { return Path::DecompressedPortable; }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "team_size=" << this->problem_.backend.team_size << " query_tile=" << fitted_.tiles.query_tile
+      << " flash=portable key_tile=" << fitted_.tiles.key_tile << " scratch=" << fitted_.bytes << "B@level"
+      << fitted_.level;
+    return o.str();
+  }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    const Shape& s = this->problem_.shape;
+    const Scalar* k = this->decompress(exec, c);
+    FlashAttentionKernel<ExecSpace, Scalar> f{c.q.data(),
+                                              k,
+                                              k + this->kv_elements(),
+                                              c.out.data(),
+                                              c.lse,
+                                              s.batch,
+                                              s.queries,
+                                              s.keys,
+                                              s.heads,
+                                              s.head_dim,
+                                              fitted_.tiles,
+                                              Scalar(this->problem_.scale),
+                                              this->problem_.options.causal,
+                                              fitted_.level};
+    launch(exec, "KokkosMLA::Decompressed::flash", f, this->problem_.backend.team_size, fitted_.bytes);
+  }
+
+ private:
+  Fitted<FlashTiles> fitted_;
+};
+
+/// The register-blocked flash kernel (GPUs), in the first variant whose tile
+/// covers the head dimension, fits its scratch budget and is well used.
+template <class Scalar, class ExecSpace>
+class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpace> {
+  using Base = DecompressedPrefill<Scalar, ExecSpace>;
+
+ public:
+  static constexpr bool available = Base::available && !is_host_space<ExecSpace>();
+  static bool applicable(const PrefillProblem& p) {
+    return p.wanted == Algorithm::Decompressed &&
+           flash_choice<ExecSpace, Scalar>(p.shape, p.backend).variant != FlashVariant::Portable;
+  }
+
+  DecompressedBlockedPath(const ExecSpace&, const PrefillProblem& p)
+      : Base(p), choice_(flash_choice<ExecSpace, Scalar>(p.shape, p.backend)) {}
+  Path path() const override { return Path::DecompressedBlocked; }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "team_size=" << choice_.grid.team_threads << " query_tile=" << choice_.tiles.query_tile
+      << " flash=" << to_string(choice_.variant) << " key_tile=" << choice_.tiles.key_tile
+      << " scratch=" << choice_.bytes << "B@level0";
+    return o.str();
+  }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    const Scalar* k = this->decompress(exec, c);
+    if (choice_.variant == FlashVariant::Narrow)
+      launch_variant<FlashVariant::Narrow>(exec, c, k);
+    else
+      launch_variant<FlashVariant::Wide>(exec, c, k);
+  }
+
+ private:
+  template <FlashVariant V>
+  void launch_variant(const ExecSpace& exec, const typename Base::Call& c, const Scalar* k) const {
+    const Shape& s = this->problem_.shape;
+    FlashBlockedOf<ExecSpace, Scalar, V> f{c.q.data(),
+                                           k,
+                                           k + this->kv_elements(),
+                                           c.out.data(),
+                                           c.lse,
+                                           s.batch,
+                                           s.queries,
+                                           s.keys,
+                                           s.heads,
+                                           s.head_dim,
+                                           choice_.grid,
+                                           Scalar(this->problem_.scale),
+                                           this->problem_.options.causal,
+                                           0};
+    launch(exec, "KokkosMLA::Decompressed::flash", f, choice_.grid.team_threads, choice_.bytes, true,
+           typename FlashBlock<V>::bounds());
+  }
+
+  FlashChoice choice_;
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,114 @@
+#ifndef KOKKOSMLA_LATENTPATHS_HPP
+#define KOKKOSMLA_LATENTPATHS_HPP
+// Prefill over the latent (src/impl/KokkosMLA_LatentKernels.hpp): Fused, one
+// launch; Absorbed, the same steps as three launches through a (B, T, H, R)
+// workspace, each with less scratch. Portable: every backend, any team size.
+
+#include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_Tiling.hpp"
+
+#include <sstream>
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// team_size=.. query_tile=.. head_group=.. weight_chunk=.. key_tile=.. scratch=..B@levelN
+inline std::string describe_latent_tiles(const LaunchConfig& c) {
+  std::ostringstream o;
+  o << "team_size=" << c.team_size << " query_tile=" << c.query_tile << " head_group=" << c.head_group
+    << " weight_chunk=" << c.weight_chunk << " key_tile=" << c.key_tile << " scratch=" << c.scratch_bytes
+    << "B@level" << c.scratch_level;
+  return o.str();
+}
+
+/// What the Fused and Absorbed paths share: tiles fitted for the kernel of
+/// step TilesOf, and latent kernels bound to a call.
+template <class Scalar, class ExecSpace, LatentStep TilesOf>
+class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
+ public:
+  static constexpr bool available = !is_half_precision<Scalar>::value;
+  using Call = typename PlannedPrefill<Scalar, ExecSpace>::Call;
+
+  LatentPrefill(const PrefillProblem& p) : problem_(p) {
+    config_.backend = p.backend;
+    config_.team_size = p.backend.team_size;
+    apply(config_, latent_tiles(latent_kernel<ExecSpace, Scalar, TilesOf>(p.shape), p.shape.keys, p.backend));
+  }
+  std::string describe() const override { return describe_latent_tiles(config_); }
+
+ protected:
+  /// The kernel of one step on the call's data; lse only where given.
+  template <LatentStep Step>
+  LatentKernel<ExecSpace, Scalar, Step> bound(const Call& c, Scalar* lse, Scalar* workspace) const {
+    LatentKernel<ExecSpace, Scalar, Step> k = latent_kernel<ExecSpace, Scalar, Step>(problem_.shape);
+    k.tiles = latent_tiles_of(config_);
+    k.scale = Scalar(problem_.scale);
+    k.causal = problem_.options.causal;
+    k.q = c.q.data();
+    k.cache.latent = c.latent.data();
+    k.w_uk = c.w_uk.data();
+    k.w_uv = c.w_uv.data();
+    k.out = c.out.data();
+    k.lse = lse;
+    k.workspace = workspace;
+    return k;
+  }
+
+  PrefillProblem problem_;
+  LaunchConfig config_;
+};
+
+template <class Scalar, class ExecSpace>
+class FusedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::Fused> {
+  using Base = LatentPrefill<Scalar, ExecSpace, LatentStep::Fused>;
+
+ public:
+  /// The last of the portable paths: takes whatever reaches it.
+  static bool applicable(const PrefillProblem&) { return true; }
+  static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Fused; }
+
+  FusedPath(const ExecSpace&, const PrefillProblem& p) : Base(p) {}
+  Path path() const override { return Path::Fused; }
+  Algorithm algorithm() const override { return Algorithm::Fused; }
+  std::size_t workspace_bytes() const override { return 0; }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    launch_tiled(exec, "KokkosMLA::Fused", this->template bound<LatentStep::Fused>(c, c.lse, nullptr),
+                 this->config_);
+  }
+};
+
+template <class Scalar, class ExecSpace>
+class AbsorbedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::Attend> {
+  using Base = LatentPrefill<Scalar, ExecSpace, LatentStep::Attend>;
+
+ public:
+  static bool applicable(const PrefillProblem& p) { return p.wanted == Algorithm::Absorbed; }
+  static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Absorbed; }
+
+  AbsorbedPath(const ExecSpace&, const PrefillProblem& p)
+      : Base(p),
+        workspace_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
+            "KokkosMLA::Plan::workspace",
+            p.shape.batch * p.shape.queries * p.shape.heads * p.shape.latent_dim)) {}  // qa, then oa
+  Path path() const override { return Path::Absorbed; }
+  Algorithm algorithm() const override { return Algorithm::Absorbed; }
+  std::size_t workspace_bytes() const override { return workspace_.span() * sizeof(Scalar); }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    Scalar* ws = workspace_.data();
+    // Only the attend step has the softmax state, so only it writes lse.
+    launch_tiled(exec, "KokkosMLA::Absorbed::absorb",
+                 this->template bound<LatentStep::Absorb>(c, nullptr, ws), this->config_);
+    launch_tiled(exec, "KokkosMLA::Absorbed::attend", this->template bound<LatentStep::Attend>(c, c.lse, ws),
+                 this->config_);
+    launch_tiled(exec, "KokkosMLA::Absorbed::up_project",
+                 this->template bound<LatentStep::UpProject>(c, nullptr, ws), this->config_);
+  }
+
+ private:
+  Kokkos::View<Scalar*, typename ExecSpace::memory_space> workspace_;
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

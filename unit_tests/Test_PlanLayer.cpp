@@ -1,0 +1,159 @@
+// The plan layer: which path a plan takes, the one scratch budget, and the
+// tiles it gives on both kinds of Kokkos (the classic 48 KB team scratch and
+// the large opt-in one).
+
+#include "Reference.hpp"
+
+#include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_Tiling.hpp"
+
+#include <climits>
+#include <cstring>
+
+namespace KokkosMLA {
+namespace Test {
+namespace {
+
+using Impl::Backend;
+using Impl::ScratchDemand;
+
+/// A GPU as Kokkos describes it: an H200's 228 KiB per multiprocessor, and a
+/// team limit of the classic 40936 bytes or of the opt-in's 224232.
+Backend gpu(std::size_t scratch_max0) {
+  Backend b;
+  b.host = false;
+  b.concurrency = 132 * 2048;
+  b.scratch_max[0] = scratch_max0;
+  b.scratch_max[1] = std::size_t(20) << 20;
+  b.sm_shared = 233472;
+  b.team_size = 128;
+  return b;
+}
+const Backend classic = gpu(Impl::kClassicTeamScratch), large = gpu(224232);
+
+TEST(ScratchBudget, ClassicKernelsKeepTheClassicBudgetOnBothKinds) {
+  for (int per_sm : {1, 2, 3, 4}) {
+    const ScratchDemand d{Impl::kClassicTeamScratch, 128, per_sm};
+    EXPECT_EQ(classic.scratch_budget(d), Impl::kClassicTeamScratch) << per_sm;
+    EXPECT_EQ(large.scratch_budget(d), Impl::kClassicTeamScratch) << per_sm;
+  }
+}
+
+TEST(ScratchBudget, LargeKernelsGetTheirShareOfOneMultiprocessor) {
+  // One team: Kokkos' limit. Four: a quarter of 228 KiB less the runtime's
+  // 1 KiB and Kokkos' reserve for 128 threads ((128 + 2) * 8 + 8 bytes).
+  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), 224232u);
+  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 4}), 233472u / 4 - 1024 - 130 * 8 - 8);
+  // Four such teams always fit one multiprocessor, so a kernel's launch bounds stay satisfiable.
+  for (int per_sm = 1; per_sm <= 8; ++per_sm)
+    for (int threads : {32, 128, 256, 512}) {
+      const std::size_t b = large.scratch_budget({Impl::kAnyTeamScratch, threads, per_sm});
+      EXPECT_LE(per_sm * (b + 1024 + (threads + 2) * 8 + 8), 233472u) << per_sm << " x " << threads;
+    }
+  // The classic Kokkos caps them all at its limit.
+  EXPECT_EQ(classic.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), Impl::kClassicTeamScratch);
+}
+
+TEST(ScratchBudget, HostsUseTheirWholeLimit) {
+  Backend host;
+  host.scratch_max[0] = std::size_t(1) << 30;
+  EXPECT_EQ(host.scratch_budget({}), host.scratch_max[0]);
+}
+
+template <class Tiles>
+void expect_same(const Impl::Fitted<Tiles>& a, const Impl::Fitted<Tiles>& b, const char* what) {
+  EXPECT_EQ(std::memcmp(&a.tiles, &b.tiles, sizeof(Tiles)), 0) << what;
+  EXPECT_EQ(a.level, b.level) << what;
+  EXPECT_EQ(a.bytes, b.bytes) << what;
+}
+
+// The kernels written for 48 KB get the same tiles (so the same results) on
+// both kinds of Kokkos, also where their preferred tiles would not fit 48 KB.
+TEST(ScratchBudget, PortableTilesAreTheSameOnBothKinds) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  for (const Shape& s : {Shape{2, 32, 32, 4, 16, 24}, Shape{1, 4096, 4096, 16, 128, 512},
+                         Shape{4, 1024, 1024, 16, 64, 256}, Shape{3, 7, 131, 5, 33, 577}}) {
+    SCOPED_TRACE(to_string(s));
+    expect_same(Impl::flash_tiles<Host, float>(s, classic), Impl::flash_tiles<Host, float>(s, large),
+                "flash");
+    expect_same(Impl::flash_tiles<Host, double>(s, classic), Impl::flash_tiles<Host, double>(s, large),
+                "flash");
+    using Fused = Impl::LatentKernel<Host, float, Impl::LatentStep::Fused>;
+    const Fused k = Impl::latent_kernel<Host, float, Impl::LatentStep::Fused>(s);
+    expect_same(Impl::latent_tiles(k, s.keys, classic), Impl::latent_tiles(k, s.keys, large), "latent");
+    const auto fitted = Impl::latent_tiles(k, s.keys, large);
+    if (fitted.level == 0) {
+      EXPECT_LE(fitted.bytes, Impl::kClassicTeamScratch);
+    }
+  }
+}
+
+/// A kernel whose league is larger than a launch takes.
+struct HugeLeague {
+  int scratch_level = 0;
+  std::int64_t league_size() const { return std::int64_t(INT_MAX) + 1; }
+  KOKKOS_INLINE_FUNCTION void operator()(const Kokkos::TeamPolicy<Space>::member_type&) const {}
+};
+
+TEST(Launch, LeaguePastIntRangeIsAnErrorNotAWrappedCount) {
+  try {
+    Impl::launch(Space(), "KokkosMLA::test", HugeLeague{}, 1, 0);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("2147483648 teams"), std::string::npos) << e.what();
+  }
+}
+
+template <class T>
+class PathChoice : public ::testing::Test {};
+TYPED_TEST_SUITE(PathChoice, Scalars);
+
+// Each forced algorithm runs on a path of that algorithm, and Auto on one of
+// the algorithm choose_algorithm reports.
+TYPED_TEST(PathChoice, PathComputesTheAlgorithmAsked) {
+  const Shape s{2, 21, 21, 3, 8, 10};
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    const Plan<TypeParam, Space> plan(Space(), s, opt);
+    EXPECT_EQ(plan.algorithm(), a) << plan.describe();
+    switch (a) {
+      case Algorithm::Fused:
+        EXPECT_EQ(plan.path(), Path::Fused);
+        break;
+      case Algorithm::Absorbed:
+        EXPECT_EQ(plan.path(), Path::Absorbed);
+        break;
+      default:
+        EXPECT_TRUE(plan.path() == Path::DecompressedPortable || plan.path() == Path::DecompressedBlocked)
+            << plan.describe();
+    }
+    EXPECT_NE(plan.describe().find("path=" + to_string(plan.path())), std::string::npos) << plan.describe();
+  }
+  const Plan<TypeParam, Space> automatic(Space(), s);
+  EXPECT_EQ(automatic.algorithm(), choose_algorithm<TypeParam>(Space(), s));
+}
+
+// Hosts run the portable kernels: the blocked flash kernel and the register
+// cache kernel are GPU paths (the register kernel runs on hosts for R <= 4).
+TYPED_TEST(PathChoice, HostsTakeThePortablePaths) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  Options opt;
+  opt.algorithm = Algorithm::Decompressed;
+  EXPECT_EQ((Plan<TypeParam, Host>(Host(), Shape{1, 256, 256, 2, 64, 32}, opt).path()),
+            Path::DecompressedPortable);
+  const CacheShape wide{2, 1, 4, 16, 64, 8, 128}, narrow{2, 1, 4, 16, 4, 0, 128};
+  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), wide).path()), Path::CacheLatent);
+  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), narrow).path()), Path::CacheRegisters);
+}
+
+TEST(PathNames, EveryPathHasAName) {
+  for (Path p : {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
+                 Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters,
+                 Path::DecodeTensorSm80})
+    EXPECT_NE(to_string(p), "?");
+}
+
+}  // namespace
+}  // namespace Test
+}  // namespace KokkosMLA
