@@ -1,5 +1,7 @@
 #include "impl/KokkosMLA_CostModel.hpp"
 
+#include <stdexcept>
+
 namespace KokkosMLA {
 namespace Impl {
 
@@ -61,7 +63,7 @@ double modeled_seconds(Algorithm a, const CostInputs& in) {
     case Algorithm::Auto:
       break;
   }
-  return modeled_seconds(cheapest(in), in);
+  throw std::invalid_argument("KokkosMLA: modeled_seconds takes Fused, Absorbed or Decompressed, not Auto");
 }
 
 Algorithm cheapest(const CostInputs& in) {

@@ -3,6 +3,7 @@
 // reference computed on the logical (per-sequence) data.
 
 #include "Reference.hpp"
+#include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -718,6 +719,34 @@ TYPED_TEST(HalfCache, RepeatedCallsAreBitwiseEqual) {
 }
 
 #if KOKKOSMLA_ENABLE_SM80
+// Two tensor-core cache plans on two streams at once (their projections
+// share one cuBLAS handle) give what they give one after the other, bit for bit.
+TYPED_TEST(HalfCache, ConcurrentTensorPlansOnTwoStreamsMatchSequential) {
+  using T = TypeParam;
+  const Logical la = rounded_to<T>(half_cases()[1], 41), lb = rounded_to<T>(half_cases()[4], 42);
+  const DeviceCache<T> da(la, 41), db(lb, 42);
+  const CacheArguments<T> a = arguments(la, da), b = arguments(lb, db);
+  const CachePlan<T> plan_a(Space(), cache_shape(a)), plan_b(Space(), cache_shape(b));
+  ASSERT_EQ(plan_a.path(), Path::DecodeTensorSm80) << plan_a.describe();
+  ASSERT_EQ(plan_b.path(), Path::DecodeTensorSm80) << plan_b.describe();
+  plan_a.execute(Space(), a);
+  plan_b.execute(Space(), b);
+  Kokkos::fence();
+  const auto want_a = Problem<T>::host_copy(a.out), want_b = Problem<T>::host_copy(b.out);
+  Kokkos::deep_copy(a.out, T(std::nan("")));
+  Kokkos::deep_copy(b.out, T(std::nan("")));
+  Kokkos::fence();
+  const auto inst = Impl::two_instances(Space());
+  for (int round = 0; round < 3; ++round) {
+    plan_a.execute(inst[0], a);
+    plan_b.execute(inst[1], b);
+  }
+  inst[0].fence();
+  inst[1].fence();
+  EXPECT_EQ(Problem<T>::host_copy(a.out), want_a);
+  EXPECT_EQ(Problem<T>::host_copy(b.out), want_b);
+}
+
 // The tensor-core kernel copies cache rows in 16-byte pieces: a latent view
 // that starts one element off is refused before anything runs.
 TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {

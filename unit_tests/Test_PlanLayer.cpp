@@ -4,6 +4,7 @@
 
 #include "Reference.hpp"
 
+#include "cuda/KokkosMLA_Sm90a.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
@@ -153,6 +154,15 @@ TEST(PathNames, EveryPathHasAName) {
                  Path::DecodeTensorSm80})
     EXPECT_NE(to_string(p), "?");
 }
+
+#if KOKKOSMLA_ENABLE_SM90A
+// A source of src/cuda/sm90a/ runs its sm_90a code on a Hopper GPU, beside
+// the library's sm_90 code from Kokkos' own flags.
+TEST(Sm90a, ArchitectureSpecificCodeRunsOnHopper) {
+  if (Impl::backend_of(Space()).compute_capability != 90) GTEST_SKIP() << "not a Hopper GPU";
+  EXPECT_TRUE(Impl::sm90a_code_runs(Space()));
+}
+#endif
 
 }  // namespace
 }  // namespace Test

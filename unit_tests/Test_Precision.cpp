@@ -8,6 +8,7 @@
 
 #include "Reference.hpp"
 
+#include "impl/KokkosMLA_Compat.hpp"
 #include "impl/KokkosMLA_FlashTensorKernel.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
 
@@ -189,6 +190,34 @@ TYPED_TEST(HalfPrecision, TensorKernelGroupingChangesNothing) {
   }
   for (std::size_t i = 0; i < results[0].size(); ++i)
     ASSERT_EQ(results[0][i], results[1][i]) << "element " << i;
+}
+
+// Two tensor-core plans on two streams at once (their GEMMs share one cuBLAS
+// handle, held while each call is issued) give what they give one after the
+// other, bit for bit.
+TYPED_TEST(HalfPrecision, ConcurrentTensorPlansOnTwoStreamsMatchSequential) {
+  using T = TypeParam;
+  const Shape sa{2, 96, 96, 4, 64, 48}, sb{1, 130, 130, 3, 128, 32};
+  Problem<T> pa(sa, 31), pb(sb, 32);
+  const Plan<T> plan_a(Space(), sa), plan_b(Space(), sb);
+  ASSERT_EQ(plan_a.path(), Path::FlashTensorSm80) << plan_a.describe();
+  ASSERT_EQ(plan_b.path(), Path::FlashTensorSm80) << plan_b.describe();
+  plan_a.execute(Space(), pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
+  plan_b.execute(Space(), pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
+  Kokkos::fence();
+  const auto want_a = Problem<T>::host_copy(pa.out), want_b = Problem<T>::host_copy(pb.out);
+  Problem<T>::poison(pa.out);
+  Problem<T>::poison(pb.out);
+  Kokkos::fence();
+  const auto inst = Impl::two_instances(Space());
+  for (int round = 0; round < 3; ++round) {
+    plan_a.execute(inst[0], pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
+    plan_b.execute(inst[1], pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
+  }
+  inst[0].fence();
+  inst[1].fence();
+  EXPECT_EQ(Problem<T>::host_copy(pa.out), want_a);
+  EXPECT_EQ(Problem<T>::host_copy(pb.out), want_b);
 }
 
 // The tensor-core kernel reads q and writes out in element pairs: a view that

@@ -20,7 +20,7 @@ struct CostInputs {
   FlashTiles flash;    ///< tiles of the Decompressed algorithm's attention kernel
 };
 
-/// Modeled seconds of one algorithm (not Auto).
+/// Modeled seconds of one algorithm; Auto is not one (std::invalid_argument).
 double modeled_seconds(Algorithm a, const CostInputs& in);
 
 /// The algorithm with the least modeled time.

@@ -30,20 +30,21 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class T, int D, int Warps = 4>
+template <class T, int D>
 struct FlashTensorKernel {
   static_assert(D % 16 == 0 && D <= 128, "head_dim must be a multiple of 16, at most 128");
   using Ops = TensorOperands<T, D>;
   using Element = typename Ops::Element;
-  static constexpr int kThreads = 32 * Warps;
-  static constexpr int kRows = 16 * Warps;             // query rows per team, 16 per warp
+  static constexpr int kWarps = 4;
+  static constexpr int kThreads = 32 * kWarps;
+  static constexpr int kRows = 16 * kWarps;            // query rows per team, 16 per warp
   static constexpr int kKeys = Ops::kKeys;             // keys per step
   static constexpr int kPiece = 16 / sizeof(Element);  // elements per 16-byte copy
   static constexpr int kChunks = D / kPiece;           // 16-byte copies per row
   static constexpr int kScoreTiles = kKeys / 8;
   static constexpr int kOutTiles = D / 8;
   static constexpr bool needs_full_team = true;
-  using bounds = Kokkos::LaunchBounds<kThreads, 8 / Warps>;
+  using bounds = Kokkos::LaunchBounds<kThreads, 2>;  // two teams per SM
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
   const T* q;  // (B, T, H, D)
