@@ -41,18 +41,27 @@ TEST(ScratchBudget, ClassicKernelsKeepTheClassicBudgetOnBothKinds) {
 }
 
 TEST(ScratchBudget, LargeKernelsGetTheirShareOfOneMultiprocessor) {
-  // One team: Kokkos' limit. Four: a quarter of 228 KiB less the runtime's
-  // 1 KiB and Kokkos' reserve for 128 threads ((128 + 2) * 8 + 8 bytes).
-  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), 224232u);
-  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 4}), 233472u / 4 - 1024 - 130 * 8 - 8);
-  // Four such teams always fit one multiprocessor, so a kernel's launch bounds stay satisfiable.
+  const std::size_t reserve = 1024 + Impl::kokkos_team_reserve(128);  // the runtime's and Kokkos' per team
+  // One team: the opt-in limit of one block (227 KiB) less Kokkos' reserve for
+  // 128 threads, which is also all of one multiprocessor (228 KiB) less both reserves.
+  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), 233472u - reserve);
+  EXPECT_EQ(large.scratch_budget({Impl::kAnyTeamScratch, 128, 4}), 233472u / 4 - reserve);
+  // So many such teams always fit one multiprocessor: launch bounds stay satisfiable.
   for (int per_sm = 1; per_sm <= 8; ++per_sm)
     for (int threads : {32, 128, 256, 512}) {
       const std::size_t b = large.scratch_budget({Impl::kAnyTeamScratch, threads, per_sm});
-      EXPECT_LE(per_sm * (b + 1024 + (threads + 2) * 8 + 8), 233472u) << per_sm << " x " << threads;
+      EXPECT_LE(per_sm * (b + 1024 + Impl::kokkos_team_reserve(threads)), 233472u)
+          << per_sm << " x " << threads;
     }
-  // The classic Kokkos caps them all at its limit.
-  EXPECT_EQ(classic.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), Impl::kClassicTeamScratch);
+}
+
+// Kokkos' classic limit sets aside the reserve of a 1024-thread team: a
+// kernel of fixed scratch and 128 threads may use 48 KiB less its own
+// reserve (the 16-bit decode kernel's 41488 bytes among them).
+TEST(ScratchBudget, FixedScratchKernelsUseTheWhole48KiBOnTheClassicKind) {
+  EXPECT_EQ(classic.scratch_budget({Impl::kAnyTeamScratch, 128, 1}), 49152u - Impl::kokkos_team_reserve(128));
+  EXPECT_GE(classic.scratch_budget({Impl::kAnyTeamScratch, 128, 3}), 41488u);
+  EXPECT_EQ(classic.scratch_budget({Impl::kClassicTeamScratch, 128, 3}), Impl::kClassicTeamScratch);
 }
 
 TEST(ScratchBudget, HostsUseTheirWholeLimit) {

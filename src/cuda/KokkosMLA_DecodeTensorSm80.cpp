@@ -73,7 +73,7 @@ bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) 
   return s.latent_dim == Kernel::kRank && (s.rope_dim == Kernel::kRope || s.rope_dim == 0) &&
          p.backend.compute_capability >= 80 &&
          scratch_bytes<Scalar>(s.rope_dim) <=
-             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads));
+             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch));
 }
 
 template <class Scalar, class ExecSpace>

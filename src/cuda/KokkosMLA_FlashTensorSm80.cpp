@@ -41,7 +41,7 @@ bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p)
          (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
          (d == 64 || d == 128) && p.backend.compute_capability >= 80 &&
          scratch_bytes<Scalar>(d) <=
-             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads));
+             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch));
 }
 
 template <class Scalar, class ExecSpace>

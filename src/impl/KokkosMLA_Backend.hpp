@@ -4,13 +4,15 @@
 // tiles come from.
 //
 // Kokkos releases before the CUDA shared-memory opt-in give a CUDA team 48 KiB
-// of shared memory less Kokkos' own reserve for team reductions:
-// TeamPolicy::scratch_size_max(0) = 49152 - 8216 = 40936 bytes. A Kokkos with
-// the opt-in (upstream in 2026) reports the multiprocessor's opt-in limit
-// instead (224232 bytes on an H100 or H200). Kernels written for the classic
-// 40936 bytes keep that budget on both kinds of Kokkos (same tiles, same
-// results); a kernel written for large scratch says so, and every budget is
-// also held to what its occupancy target leaves per team on one multiprocessor.
+// of shared memory, and report TeamPolicy::scratch_size_max(0) = 49152 - 8216
+// = 40936 bytes: Kokkos sets aside its team-reduction reserve for a
+// 1024-thread team, so a team of 128 threads may really use 48112. A Kokkos
+// with the opt-in (upstream in 2026) reports the opt-in limit instead (224232
+// bytes on an H100 or H200). The portable kernels were written for 40936 bytes
+// and keep that budget on both kinds of Kokkos (same tiles, same results);
+// kernels of fixed scratch (the tensor-core ones) and kernels written for
+// large scratch take what the backend gives, and every budget is held to the
+// team's share of one multiprocessor at the kernel's occupancy target.
 
 #include "KokkosMLA_Compat.hpp"
 
@@ -22,10 +24,18 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// Level-0 scratch a CUDA team had before the opt-in: 48 KiB less Kokkos' reserve.
-constexpr std::size_t kClassicTeamScratch = 49152 - 8216;
-/// For kernels written to use whatever the backend gives.
+/// Kokkos' own level-0 reserve in a CUDA team of `threads`: a double per
+/// thread and two for team reductions, and a shared 64-bit id.
+constexpr std::size_t kokkos_team_reserve(int threads) {
+  return (std::size_t(threads) + 2) * sizeof(double) + sizeof(std::int64_t);
+}
+/// What every Kokkos before the opt-in reports for a CUDA team: 48 KiB less
+/// the reserve of a 1024-thread team. The portable kernels' tiles were written for it.
+constexpr std::size_t kClassicTeamScratch = 49152 - kokkos_team_reserve(1024);
+/// For kernels that take whatever the backend gives.
 constexpr std::size_t kAnyTeamScratch = ~std::size_t(0);
+/// Shared memory the CUDA runtime keeps per resident block.
+constexpr std::size_t kRuntimeBlockReserve = 1024;
 
 /// What a kernel asks of level-0 scratch.
 struct ScratchDemand {
@@ -50,21 +60,23 @@ struct Backend {
   int compute_capability = 0;           ///< major * 10 + minor (CUDA); 0 elsewhere
   int team_size = 1;                    ///< threads per team we ask for (clamped at launch)
 
-  /// The level-0 scratch a kernel may use per team: Kokkos' limit, on GPUs
-  /// held to what the kernel was written for and to its share of one
-  /// multiprocessor at its occupancy target (less the CUDA runtime's 1 KiB
-  /// and Kokkos' team-reduction reserve per team). Host scratch is ordinary
+  /// The level-0 scratch a kernel may use per team: what Kokkos allows a
+  /// team of its size, held to what the kernel was written for and, on CUDA,
+  /// to its share of one multiprocessor at its occupancy target (less the
+  /// runtime's and Kokkos' reserves per team). Host scratch is ordinary
   /// memory: there the tiles come from the kernels' own preferences.
   std::size_t scratch_budget(const ScratchDemand& d) const {
     if (host) return scratch_max[0];
-    std::size_t budget = std::min(scratch_max[0], d.designed_for);
+    std::size_t budget = scratch_max[0];
     if (sm_shared > 0) {
-      const std::size_t reserve =
-          1024 + (std::size_t(d.team_threads) + 2) * sizeof(double) + sizeof(std::int64_t);
+      // Kokkos' limit sets aside the reserve of a 1024-thread team; a smaller team keeps the difference.
+      const std::size_t reserve = kokkos_team_reserve(d.team_threads);
+      budget += kokkos_team_reserve(1024) - reserve;
       const std::size_t share = sm_shared / std::size_t(d.teams_per_sm);
-      budget = std::min(budget, share > reserve ? share - reserve : 0);
+      budget = std::min(budget,
+                        share > reserve + kRuntimeBlockReserve ? share - reserve - kRuntimeBlockReserve : 0);
     }
-    return budget;
+    return std::min(budget, d.designed_for);
   }
 };
 
