@@ -387,23 +387,22 @@ struct DecodeMergeKernel {
     float4 v[4];
     load_group(0, v);  // in flight while the weights are worked out
     const float* part_lse = parts + splits * rows * kRank + row;
-    float top = -INFINITY;
-    for (int p = 0; p < splits; ++p) top = fmaxf(top, part_lse[p * rows]);
-    float total = 0.f;
-    for (int p = 0; p < splits; ++p) total += top == -INFINITY ? 0.f : expf(part_lse[p * rows] - top);
+    LseMerge<float> merge;
+    for (int p = 0; p < splits; ++p) merge.see(part_lse[p * rows]);
+    for (int p = 0; p < splits; ++p) merge.add(part_lse[p * rows]);
     float x[4] = {0.f, 0.f, 0.f, 0.f};
     for (int p0 = 0; p0 < splits; p0 += 4) {
       if (p0 > 0) load_group(p0, v);
       KOKKOSMLA_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int p = p0 + j;
-        const float w = p < splits && top != -INFINITY ? expf(part_lse[p * rows] - top) / total : 0.f;
+        const float w = p < splits ? merge.weight(part_lse[p * rows]) / merge.total : 0.f;
         if (w > 0.f) x[0] += w * v[j].x, x[1] += w * v[j].y, x[2] += w * v[j].z, x[3] += w * v[j].w;
       }
     }
     KOKKOSMLA_UNROLL
     for (int j = 0; j < 4; ++j) oa[row * kRank + c + j] = T(x[j]);
-    if (lse && team.team_rank() == 0) lse[row] = total > 0.f ? top + logf(total) : -INFINITY;
+    if (lse && team.team_rank() == 0) lse[row] = merge.lse();
   }
 };
 

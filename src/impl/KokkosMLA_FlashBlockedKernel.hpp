@@ -256,7 +256,7 @@ struct FlashBlockedKernel {
           const T new_max = max_of(row_max[m], tile_max);
           // A row that has seen no key yet keeps max = -inf; avoid exp(-inf - -inf).
           const bool empty = new_max == negative_infinity<T>();
-          const T rescale = empty ? T(1) : Impl::exp(row_max[m] - new_max);
+          const T rescale = softmax_rescale(row_max[m], new_max);
           T sum = 0;
           for (int n = 0; n < NR; ++n) {
             const T p = (empty || s[m][n] == negative_infinity<T>()) ? T(0) : Impl::exp(s[m][n] - new_max);
@@ -297,8 +297,7 @@ struct FlashBlockedKernel {
       }
       // The log of the row's softmax denominator in unshifted terms, as
       // merging partial results over disjoint key sets needs.
-      if (lse && tc == 0)
-        lse[t * heads + h] = row_max[m] == negative_infinity<T>() ? row_max[m] : row_max[m] + Impl::log(sum);
+      if (lse && tc == 0) lse[t * heads + h] = softmax_lse(row_max[m], sum);
     }
   }
 

@@ -280,16 +280,11 @@ struct LatentKernel {
     const int rows = k.rows(), r = int(rank);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
       const std::int64_t at = row_index(k, i);
-      T m = negative_infinity<T>();
-      for (int s = 0; s < splits; ++s) m = max_of(m, part_lse(s)[at]);
-      T total = 0;
-      for (int s = 0; s < splits; ++s) {
-        const T l = part_lse(s)[at];
-        weights(i, s) = l == negative_infinity<T>() ? T(0) : Impl::exp(l - m);
-        total += weights(i, s);
-      }
-      for (int s = 0; s < splits; ++s) weights(i, s) /= total;
-      if (lse) lse[at] = m + Impl::log(total);
+      LseMerge<T> merge;
+      for (int s = 0; s < splits; ++s) merge.see(part_lse(s)[at]);
+      for (int s = 0; s < splits; ++s) weights(i, s) = merge.add(part_lse(s)[at]);
+      for (int s = 0; s < splits; ++s) weights(i, s) /= merge.total;
+      if (lse) lse[at] = merge.lse();
     });
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * r), [&](const int e) {

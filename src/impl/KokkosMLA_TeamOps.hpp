@@ -8,6 +8,7 @@
 
 #include "KokkosMLA_Backend.hpp"
 #include "KokkosMLA_Compat.hpp"
+#include "KokkosMLA_OnlineSoftmax.hpp"
 
 #include <cstdint>
 
@@ -192,7 +193,7 @@ KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int key
       P(i, j) = p;
       sum += p;
     }
-    const T rescale = empty ? T(1) : Impl::exp(old_max - new_max);
+    const T rescale = softmax_rescale(old_max, new_max);
     st.rescale[i] = rescale;
     st.sum[i] = st.sum[i] * rescale + sum;
     st.max[i] = new_max;
@@ -218,9 +219,8 @@ KOKKOS_INLINE_FUNCTION void softmax_normalize(const Member& team, int rows, int 
 template <class Member, class T, class LseOf>
 KOKKOS_INLINE_FUNCTION void softmax_log_sum_exp(const Member& team, int rows, SoftmaxRows<T> st,
                                                 LseOf lse_of) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
-    lse_of(i) = st.max[i] == negative_infinity<T>() ? st.max[i] : st.max[i] + Impl::log(st.sum[i]);
-  });
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows),
+                       [&](const int i) { lse_of(i) = softmax_lse(st.max[i], st.sum[i]); });
   team.team_barrier();
 }
 

@@ -1,0 +1,58 @@
+#ifndef KOKKOSMLA_ONLINESOFTMAX_HPP
+#define KOKKOSMLA_ONLINESOFTMAX_HPP
+// The numerically delicate pieces of the attention kernels, in one place: the
+// online-softmax rescale of a row's accumulators when its running max moves,
+// the row's log-sum-exp, and the merge of partial results over disjoint key
+// sets by their log-sum-exp (split-KV combines and merge_states). The
+// tensor-core kernels keep the same state in registers in log2 units.
+
+#include "KokkosMLA_Compat.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// Factor by which a row's sum and accumulators are rescaled when its running
+/// max moves from old_max to new_max; 1 while the row has seen no key (both
+/// -inf: exp(-inf - -inf) would be NaN).
+template <class T>
+KOKKOS_INLINE_FUNCTION T softmax_rescale(T old_max, T new_max) {
+  return new_max == negative_infinity<T>() ? T(1) : Impl::exp(old_max - new_max);
+}
+
+/// The natural log of a row's softmax denominator in unshifted terms, from
+/// its running max and sum; -inf for a row that saw no key.
+template <class T>
+KOKKOS_INLINE_FUNCTION T softmax_lse(T max, T sum) {
+  return max == negative_infinity<T>() ? max : max + Impl::log(sum);
+}
+
+/// Merges the parts of one row by their log-sum-exp: part p's result gets
+/// weight(lse_p) / total. Feed every part's lse to see() first, then to add().
+/// A part that saw no key (lse -inf) weighs 0, whatever its result holds:
+/// callers skip zero weights rather than multiply by them.
+template <class T>
+struct LseMerge {
+  T top = negative_infinity<T>();
+  T total = T(0);
+
+  KOKKOS_INLINE_FUNCTION void see(T lse_p) { top = max_of(top, lse_p); }
+  /// Unnormalised: exp(lse_p - top), 0 for an empty part.
+  KOKKOS_INLINE_FUNCTION T weight(T lse_p) const {
+    return lse_p == negative_infinity<T>() ? T(0) : Impl::exp(lse_p - top);
+  }
+  /// Adds part p to the total; returns its unnormalised weight.
+  KOKKOS_INLINE_FUNCTION T add(T lse_p) {
+    const T w = weight(lse_p);
+    total += w;
+    return w;
+  }
+  /// The merged row's log-sum-exp; -inf when no part saw a key.
+  KOKKOS_INLINE_FUNCTION T lse() const {
+    return total > T(0) ? top + Impl::log(total) : negative_infinity<T>();
+  }
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
