@@ -136,16 +136,27 @@ constexpr double tolerance() {
   return sizeof(T) == 4 ? 2e-5 : 1e-13;
 }
 
-/// Asserts |got - want| <= tol * max(1, max |want|) everywhere; prints the worst element.
+/// True where both sides are finite. A NaN or an infinity on either side
+/// counts as an infinite error, even against an equal infinity: no output or
+/// reference compared here should hold one, and a NaN on the reference side
+/// (e.g. another run's output used as the reference) must not pass unseen.
+inline bool both_finite(double got, double want) { return std::isfinite(got) && std::isfinite(want); }
+
+/// Asserts |got - want| <= tol * max(1, max |want|) everywhere; prints the worst
+/// element, or the first that is NaN or infinite on either side (an infinite
+/// error). Vectors of different sizes fail.
 inline ::testing::AssertionResult close(const std::vector<double>& got, const std::vector<double>& want,
                                         double tol, const Shape& s) {
-  if (got.size() != want.size()) return ::testing::AssertionFailure() << "size mismatch";
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size mismatch: got " << got.size() << " elements, reference "
+                                         << want.size() << " for " << to_string(s);
   double peak = 1;
-  for (double w : want) peak = std::max(peak, std::abs(w));
+  for (double w : want)
+    if (std::isfinite(w)) peak = std::max(peak, std::abs(w));
   std::size_t worst = 0;
   double worst_err = -1;
   for (std::size_t i = 0; i < got.size(); ++i) {
-    const double e = std::isfinite(got[i]) ? std::abs(got[i] - want[i]) : INFINITY;
+    const double e = both_finite(got[i], want[i]) ? std::abs(got[i] - want[i]) : INFINITY;
     if (e > worst_err) worst_err = e, worst = i;
   }
   if (worst_err <= tol * peak) return ::testing::AssertionSuccess();
@@ -154,17 +165,29 @@ inline ::testing::AssertionResult close(const std::vector<double>& got, const st
   const std::int64_t d = i % D, h = (i / D) % H, t = (i / (D * H)) % T, b = i / (D * H * T);
   std::ostringstream o;
   o.precision(10);
-  o << "worst element out(" << b << ", " << t << ", " << h << ", " << d << ") = " << got[worst]
-    << ", reference " << want[worst] << ", error " << worst_err << " > " << tol << " * " << peak << " for "
-    << to_string(s);
+  o << "worst element [" << worst << "] out(" << b << ", " << t << ", " << h << ", " << d
+    << ") = " << got[worst] << ", reference " << want[worst] << ", error " << worst_err << " > " << tol
+    << " * " << peak << " for " << to_string(s);
   return ::testing::AssertionFailure() << o.str();
 }
 
-/// The largest |got - want| (infinite where got is not finite).
+/// The largest |got - want|. A size mismatch, or a NaN or infinity on either
+/// side, records a test failure (naming the sizes, or the first such element)
+/// and returns infinity: the calling test fails even where it compares the
+/// result against a bound that is itself computed by max_error.
 inline double max_error(const std::vector<double>& got, const std::vector<double>& want) {
+  if (got.size() != want.size()) {
+    ADD_FAILURE() << "max_error: size mismatch: got " << got.size() << " elements, reference " << want.size();
+    return INFINITY;
+  }
   double worst = 0;
-  for (std::size_t i = 0; i < got.size(); ++i)
-    worst = std::isfinite(got[i]) ? std::max(worst, std::abs(got[i] - want[i])) : INFINITY;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (!both_finite(got[i], want[i])) {
+      ADD_FAILURE() << "max_error: element [" << i << "] = " << got[i] << ", reference " << want[i];
+      return INFINITY;
+    }
+    worst = std::max(worst, std::abs(got[i] - want[i]));
+  }
   return worst;
 }
 
