@@ -48,6 +48,9 @@ macro(kokkosmla_declare_features)
       set(KOKKOSMLA_ENABLE_${feature} 0)
     endif()
   endforeach()
+  if(KokkosMLA_ENABLE_SM90A)
+    enable_language(CUDA)  # at directory scope: not possible inside a function
+  endif()
   message(STATUS "KokkosMLA: cuBLAS ${KokkosMLA_ENABLE_CUBLAS}, sm_80 mma ${KokkosMLA_ENABLE_SM80}, sm_90a ${KokkosMLA_ENABLE_SM90A}")
 endmacro()
 
@@ -60,7 +63,6 @@ function(kokkosmla_add_feature_sources target)
     target_sources(${target} PRIVATE src/cuda/KokkosMLA_FlashTensorSm80.cpp src/cuda/KokkosMLA_DecodeTensorSm80.cpp)
   endif()
   if(KokkosMLA_ENABLE_SM90A)
-    enable_language(CUDA)
     file(GLOB sm90a_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/sm90a/*.cu)
     target_sources(${target} PRIVATE ${sm90a_sources})
     # Kokkos' compile options reach CXX only; these files get nvcc's own, and

@@ -121,7 +121,9 @@ def run_ours(args, shapes):
     if args.dtype != "float32":
         flt = "^decode(_attention)?/%s/(%s)" % (prefix, names)
     rows = []
-    for b in benchmark_medians(args.bench, args.repetitions, flt)[0]:
+    medians, context = benchmark_medians(args.bench, args.repetitions, flt)
+    scratch = context.get("team_scratch") or args.team_scratch
+    for b in medians:
         kind, _, shape = b["run_name"].split("/")[:3]
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
         if kind == "decode_attention":
@@ -131,6 +133,8 @@ def run_ours(args, shapes):
             r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"), args.dtype)
             r["plan"] = b.get("label", "")
         r["splits"] = b.get("splits")
+        r["commit"] = context.get("git_hash")
+        r["team_scratch"] = int(scratch) if scratch else None
         rows.append(r)
     return rows
 
@@ -159,6 +163,8 @@ def main():
     p.add_argument("--append", action="store_true")
     p.add_argument("--dtype", default="float32", choices=sorted(TYPES))
     p.add_argument("--flashmla", default="", help="output of a FlashMLA benchmark run on the same GPU")
+    p.add_argument("--team-scratch", type=int, default=0,
+                   help="team scratch bytes to record when the benchmark does not report them")
     args = p.parse_args()
     shapes = [s for s in SHAPES if re.search(args.filter, name(*s))]
     torch_rows = run_torch(shapes, args.dtype)

@@ -67,6 +67,12 @@ def benchmark_medians(bench, repetitions, bench_filter):
     return [b for b in res["benchmarks"] if b.get("aggregate_name") == "median"], res.get("context", {})
 
 
+def team_scratch(args, context):
+    """Level-0 team scratch of the benchmark's Kokkos: its context, else --team-scratch."""
+    value = context.get("team_scratch") or args.team_scratch
+    return int(value) if value else None
+
+
 def run_ours(args):
     medians, context = benchmark_medians(args.bench, args.repetitions, args.bench_filter)
     rows = []
@@ -77,7 +83,8 @@ def run_ours(args):
         rows.append(dict(shape=[B, T, H, D, R], dtype=args.dtype, impl="kokkosmla-" + alg.lower(),
                          chosen=b.get("label", ""), backend=args.backend, ms=round(ms, 5),
                          relerr=b.get("relerr"), tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3),
-                         workspace_mb=b.get("workspace_MB"), inputs_mb=b.get("inputs_MB")))
+                         workspace_mb=b.get("workspace_MB"), inputs_mb=b.get("inputs_MB"),
+                         commit=context.get("git_hash"), team_scratch=team_scratch(args, context)))
     return rows, context
 
 
@@ -162,6 +169,8 @@ def main():
     p.add_argument("--device", default="")
     p.add_argument("--out", required=True)
     p.add_argument("--append", action="store_true")
+    p.add_argument("--team-scratch", type=int, default=0,
+                   help="team scratch bytes to record when the benchmark does not report them")
     args = p.parse_args()
     name = lambda s: "B%d_T%d_H%d_D%d_R%d" % s
     shapes = [s for s in SHAPES if re.search(args.filter, name(s))]

@@ -391,6 +391,10 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("kokkosmla_version", std::to_string(KOKKOSMLA_VERSION));
     benchmark::AddCustomContext("git_hash", KOKKOSMLA_GIT_HASH);
     benchmark::AddCustomContext("kokkos_configuration", config.str());
+    // Level-0 team scratch this Kokkos gives a team: about 40 KB before the
+    // CUDA shared-memory opt-in, 224232 bytes with it on an H200.
+    benchmark::AddCustomContext(
+        "team_scratch", std::to_string(Kokkos::TeamPolicy<>(1, Kokkos::AUTO).scratch_size_max(0)));
     KokkosMLA::Bench::register_all<float>("float");
     // TF32 and 16-bit types where this Kokkos has them: Auto is the
     // tensor-core path on CUDA (the explicit algorithms would run in fp32).
