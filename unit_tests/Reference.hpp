@@ -4,6 +4,8 @@
 
 #include <KokkosMLA.hpp>
 
+#include "impl/KokkosMLA_Compat.hpp"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -227,6 +229,30 @@ void expect_rejected(const std::function<void()>& call, std::initializer_list<st
       EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
   }
   for (double x : Problem<T>::host_copy(untouched)) ASSERT_EQ(x, -7.25) << "output was written";
+}
+
+/// Runs a and b (each a callable taking an execution-space instance) on the
+/// default instance, reads their outputs, clears them, then runs both three
+/// times at once on two instances (CUDA streams, OpenMP partitions): the
+/// outputs must be the same bits. read_a / read_b return an output as host
+/// values; clear overwrites both outputs (with NaN) between the two runs.
+template <class RunA, class RunB, class ReadA, class ReadB, class Clear>
+void expect_concurrent_equals_sequential(RunA run_a, RunB run_b, ReadA read_a, ReadB read_b, Clear clear) {
+  run_a(Space());
+  run_b(Space());
+  Kokkos::fence();
+  const std::vector<double> want_a = read_a(), want_b = read_b();
+  clear();
+  Kokkos::fence();
+  const auto inst = Impl::two_instances(Space());
+  for (int round = 0; round < 3; ++round) {
+    run_a(inst[0]);
+    run_b(inst[1]);
+  }
+  inst[0].fence();
+  inst[1].fence();
+  EXPECT_EQ(read_a(), want_a);
+  EXPECT_EQ(read_b(), want_b);
 }
 
 }  // namespace Test

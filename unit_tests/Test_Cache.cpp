@@ -729,22 +729,13 @@ TYPED_TEST(HalfCache, ConcurrentTensorPlansOnTwoStreamsMatchSequential) {
   const CachePlan<T> plan_a(Space(), cache_shape(a)), plan_b(Space(), cache_shape(b));
   ASSERT_EQ(plan_a.path(), Path::DecodeTensorSm80) << plan_a.describe();
   ASSERT_EQ(plan_b.path(), Path::DecodeTensorSm80) << plan_b.describe();
-  plan_a.execute(Space(), a);
-  plan_b.execute(Space(), b);
-  Kokkos::fence();
-  const auto want_a = Problem<T>::host_copy(a.out), want_b = Problem<T>::host_copy(b.out);
-  Kokkos::deep_copy(a.out, T(std::nan("")));
-  Kokkos::deep_copy(b.out, T(std::nan("")));
-  Kokkos::fence();
-  const auto inst = Impl::two_instances(Space());
-  for (int round = 0; round < 3; ++round) {
-    plan_a.execute(inst[0], a);
-    plan_b.execute(inst[1], b);
-  }
-  inst[0].fence();
-  inst[1].fence();
-  EXPECT_EQ(Problem<T>::host_copy(a.out), want_a);
-  EXPECT_EQ(Problem<T>::host_copy(b.out), want_b);
+  expect_concurrent_equals_sequential(
+      [&](const Space& e) { plan_a.execute(e, a); }, [&](const Space& e) { plan_b.execute(e, b); },
+      [&] { return Problem<T>::host_copy(a.out); }, [&] { return Problem<T>::host_copy(b.out); },
+      [&] {
+        Kokkos::deep_copy(a.out, T(std::nan("")));
+        Kokkos::deep_copy(b.out, T(std::nan("")));
+      });
 }
 
 // The tensor-core kernel copies cache rows in 16-byte pieces: a latent view

@@ -202,22 +202,14 @@ TYPED_TEST(HalfPrecision, ConcurrentTensorPlansOnTwoStreamsMatchSequential) {
   const Plan<T> plan_a(Space(), sa), plan_b(Space(), sb);
   ASSERT_EQ(plan_a.path(), Path::FlashTensorSm80) << plan_a.describe();
   ASSERT_EQ(plan_b.path(), Path::FlashTensorSm80) << plan_b.describe();
-  plan_a.execute(Space(), pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
-  plan_b.execute(Space(), pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
-  Kokkos::fence();
-  const auto want_a = Problem<T>::host_copy(pa.out), want_b = Problem<T>::host_copy(pb.out);
-  Problem<T>::poison(pa.out);
-  Problem<T>::poison(pb.out);
-  Kokkos::fence();
-  const auto inst = Impl::two_instances(Space());
-  for (int round = 0; round < 3; ++round) {
-    plan_a.execute(inst[0], pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
-    plan_b.execute(inst[1], pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
-  }
-  inst[0].fence();
-  inst[1].fence();
-  EXPECT_EQ(Problem<T>::host_copy(pa.out), want_a);
-  EXPECT_EQ(Problem<T>::host_copy(pb.out), want_b);
+  expect_concurrent_equals_sequential(
+      [&](const Space& e) { plan_a.execute(e, pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out); },
+      [&](const Space& e) { plan_b.execute(e, pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out); },
+      [&] { return Problem<T>::host_copy(pa.out); }, [&] { return Problem<T>::host_copy(pb.out); },
+      [&] {
+        Problem<T>::poison(pa.out);
+        Problem<T>::poison(pb.out);
+      });
 }
 
 // The tensor-core kernel reads q and writes out in element pairs: a view that

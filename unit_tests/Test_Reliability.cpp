@@ -17,24 +17,18 @@ TYPED_TEST(Reliability, ConcurrentPlansOnTwoInstancesMatchSequential) {
   for (Algorithm a : kAlgorithms) {
     Options opt;
     opt.algorithm = a;
+    SCOPED_TRACE(to_string(a));
     Problem<TypeParam> pa(sa, 1), pb(sb, 2);
     Plan<TypeParam, Space> plan_a(Space(), sa, opt), plan_b(Space(), sb, opt);
-    plan_a.execute(Space(), pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
-    plan_b.execute(Space(), pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
-    Kokkos::fence();
-    const auto want_a = Problem<TypeParam>::host_copy(pa.out), want_b = Problem<TypeParam>::host_copy(pb.out);
-    Problem<TypeParam>::poison(pa.out);
-    Problem<TypeParam>::poison(pb.out);
-    Kokkos::fence();
-    const auto inst = Impl::two_instances(Space());
-    for (int round = 0; round < 3; ++round) {
-      plan_a.execute(inst[0], pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out);
-      plan_b.execute(inst[1], pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out);
-    }
-    inst[0].fence();
-    inst[1].fence();
-    EXPECT_EQ(Problem<TypeParam>::host_copy(pa.out), want_a) << to_string(a);
-    EXPECT_EQ(Problem<TypeParam>::host_copy(pb.out), want_b) << to_string(a);
+    expect_concurrent_equals_sequential(
+        [&](const Space& e) { plan_a.execute(e, pa.q, pa.latent, pa.w_uk, pa.w_uv, pa.out); },
+        [&](const Space& e) { plan_b.execute(e, pb.q, pb.latent, pb.w_uk, pb.w_uv, pb.out); },
+        [&] { return Problem<TypeParam>::host_copy(pa.out); },
+        [&] { return Problem<TypeParam>::host_copy(pb.out); },
+        [&] {
+          Problem<TypeParam>::poison(pa.out);
+          Problem<TypeParam>::poison(pb.out);
+        });
   }
 }
 

@@ -51,6 +51,25 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     Kokkos::Profiling::popRegion();
     return ws;
   }
+  /// A flash kernel of type Kernel over K (and V after it) for the call, with its tiles or grid.
+  template <class Kernel, class Tiles>
+  Kernel flash_kernel(const Call& c, const Scalar* k, const Tiles& tiles, int scratch_level) const {
+    const Shape& s = problem_.shape;
+    return Kernel{c.q.data(),
+                  k,
+                  k + kv_elements(),
+                  c.out.data(),
+                  c.lse,
+                  s.batch,
+                  s.queries,
+                  s.keys,
+                  s.heads,
+                  s.head_dim,
+                  tiles,
+                  Scalar(problem_.scale),
+                  problem_.options.causal,
+                  scratch_level};
+  }
   std::int64_t kv_elements() const {
     return problem_.shape.batch * problem_.shape.keys * problem_.shape.heads * problem_.shape.head_dim;
   }
@@ -78,22 +97,8 @@ class DecompressedPortablePath final : public DecompressedPrefill<Scalar, ExecSp
     return o.str();
   }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
-    const Shape& s = this->problem_.shape;
-    const Scalar* k = this->decompress(exec, c);
-    FlashAttentionKernel<ExecSpace, Scalar> f{c.q.data(),
-                                              k,
-                                              k + this->kv_elements(),
-                                              c.out.data(),
-                                              c.lse,
-                                              s.batch,
-                                              s.queries,
-                                              s.keys,
-                                              s.heads,
-                                              s.head_dim,
-                                              fitted_.tiles,
-                                              Scalar(this->problem_.scale),
-                                              this->problem_.options.causal,
-                                              fitted_.level};
+    const auto f = this->template flash_kernel<FlashAttentionKernel<ExecSpace, Scalar>>(
+        c, this->decompress(exec, c), fitted_.tiles, fitted_.level);
     launch(exec, "KokkosMLA::Decompressed::flash", f, this->problem_.backend.team_size, fitted_.bytes);
   }
 
@@ -135,21 +140,7 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
  private:
   template <FlashVariant V>
   void launch_variant(const ExecSpace& exec, const typename Base::Call& c, const Scalar* k) const {
-    const Shape& s = this->problem_.shape;
-    FlashBlockedOf<ExecSpace, Scalar, V> f{c.q.data(),
-                                           k,
-                                           k + this->kv_elements(),
-                                           c.out.data(),
-                                           c.lse,
-                                           s.batch,
-                                           s.queries,
-                                           s.keys,
-                                           s.heads,
-                                           s.head_dim,
-                                           choice_.grid,
-                                           Scalar(this->problem_.scale),
-                                           this->problem_.options.causal,
-                                           0};
+    const auto f = this->template flash_kernel<FlashBlockedOf<ExecSpace, Scalar, V>>(c, k, choice_.grid, 0);
     launch(exec, "KokkosMLA::Decompressed::flash", f, choice_.grid.team_threads, choice_.bytes, true,
            typename FlashBlock<V>::bounds());
   }
