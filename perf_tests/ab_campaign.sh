@@ -6,25 +6,29 @@
 # commit and team scratch of each binary, go to RESULTS_DIR/results.jsonl.
 #   perf_tests/ab_campaign.sh RESULTS_DIR BENCH_BINARY[:TEAM_SCRATCH]...
 # where TEAM_SCRATCH (bytes) is recorded for binaries too old to report it.
+# PREFILL_DTYPES, DECODE_DTYPES, PREFILL_FILTER and DECODE_FILTER narrow the
+# tables; every log goes to RESULTS_DIR/campaign.log.
 set -uo pipefail
 out=$1
 shift
 here=$(dirname "$0")
 mkdir -p "$out"
-nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/gpu.txt"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv | tee -a "$out/campaign.log"
+prefill_dtypes=${PREFILL_DTYPES-float32 bfloat16 tf32}
+decode_dtypes=${DECODE_DTYPES-float32 bfloat16}
+log="$out/campaign.log"
 for arg in "$@"; do
   bench=${arg%%:*}
   scratch=0
   [[ $arg == *:* ]] && scratch=${arg##*:}
-  tag=$(basename "$(dirname "$bench")")
-  for dtype in float32 bfloat16 tf32; do
+  for dtype in $prefill_dtypes; do
     PYTHONUNBUFFERED=1 timeout 240 python3 "$here/compare_torch.py" --bench "$bench" --backend cuda --dtype "$dtype" \
-      --algorithms Auto --filter 'B2_T32|B4_T1024|B1_T4096' --repetitions 3 --team-scratch "$scratch" --append \
-      --out "$out/results.jsonl" 2>&1 | tee "$out/prefill_${dtype}_$tag.log" | grep -E '^B|ceilings'
+      --algorithms Auto --filter "${PREFILL_FILTER:-B2_T32|B4_T1024|B1_T4096}" --repetitions 3 --team-scratch "$scratch" --append \
+      --out "$out/results.jsonl" 2>&1 | tee -a "$log" | grep -E '^B|ceilings'
   done
-  for dtype in float32 bfloat16; do
+  for dtype in $decode_dtypes; do
     PYTHONUNBUFFERED=1 timeout 240 python3 "$here/compare_decode.py" --bench "$bench" --dtype "$dtype" \
-      --filter 'Tq1_' --repetitions 3 --team-scratch "$scratch" --append --out "$out/results.jsonl" 2>&1 | tee "$out/decode_${dtype}_$tag.log" |
+      --filter "${DECODE_FILTER:-Tq1_}" --repetitions 3 --team-scratch "$scratch" --append --out "$out/results.jsonl" 2>&1 | tee -a "$log" |
       grep -E '^B|copy'
   done
 done
