@@ -27,11 +27,12 @@ void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a,
 ///   m   = max(lse_a, lse_b)
 ///   out = (exp(lse_a - m) out_a + exp(lse_b - m) out_b) / (exp(lse_a - m) + exp(lse_b - m))
 ///   lse = m + log(exp(lse_a - m) + exp(lse_b - m))
-/// A side with lse = -inf (no keys) contributes nothing: the result is the
-/// other side exactly. out and lse may be out_a and lse_a (or the b pair)
-/// themselves, to accumulate in place; any other overlap is rejected.
-/// Asynchronous on exec; throws std::invalid_argument, before any launch, on
-/// mismatched extents.
+/// A side with no keys contributes nothing: lse = +inf (how attention reports
+/// a row that saw no key, out 0) or -inf (whatever its out holds); the result
+/// is the other side exactly. A +inf side whose out holds NaN (non-finite
+/// inputs) passes the NaN on. Both sides empty: out 0, lse +inf. out and lse may be out_a and lse_a (or the b
+/// pair) themselves, to accumulate in place; any other overlap is rejected. Asynchronous on exec; throws
+/// std::invalid_argument, before any launch, on mismatched extents.
 template <class ExecSpace, class OA, class LA, class OB, class LB, class O, class L,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const OB& out_b, const LB& lse_b,

@@ -326,8 +326,8 @@ void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t
     if (length < min_length || length > capacity) {
       std::ostringstream o;
       o << "cache.seqlens(" << b << ") = " << length << " is outside [" << min_length << ", " << capacity
-        << "]: a sequence holds at least its " << min_length
-        << " new tokens and at most the cache's capacity";
+        << "]: a sequence holds " << (min_length > 0 ? "at least its new tokens and " : "")
+        << "at most the cache's capacity";
       fail(caller, o.str());
     }
     if (!table) continue;

@@ -53,7 +53,7 @@ struct Logical {
   }
 
   /// Calls f(b, h, row, last) for every query row: row = (b Tq + t) H + h of
-  /// sequence b and head h, which sees keys 0 .. last.
+  /// sequence b and head h, which sees keys 0 .. last (none when last < 0).
   template <class F>
   void for_each_row(const Options& opt, F f) const {
     for (std::int64_t b = 0; b < c.batch; ++b)
@@ -73,12 +73,12 @@ struct Logical {
   }
 
   /// logits <- exp(logit - max); returns their sum, and writes max + log(sum)
-  /// to *lse_row when given.
+  /// to *lse_row when given: +inf for a row with no key (whose out is 0).
   static double exponentiate(std::vector<double>& logits, double* lse_row) {
     double mx = -INFINITY, sum = 0;
     for (double x : logits) mx = std::max(mx, x);
     for (double& x : logits) sum += (x = std::exp(x - mx));
-    if (lse_row) *lse_row = mx + std::log(sum);
+    if (lse_row) *lse_row = logits.empty() ? INFINITY : mx + std::log(sum);
     return sum;
   }
 
@@ -106,7 +106,7 @@ struct Logical {
         for (std::int64_t d = 0; d < D; ++d) x += q[row * D + d] * w_uk[(r * H + h) * D + d];
         qa[r] = keep(x);
       }
-      std::vector<double> logits(last + 1);
+      std::vector<double> logits(std::max<std::int64_t>(last + 1, 0));
       for (std::int64_t s = 0; s <= last; ++s) {
         double dot = rope_dot(row, b, s);
         for (std::int64_t r = 0; r < R; ++r) dot += qa[r] * latent[(b * c.capacity + s) * R + r];
@@ -118,7 +118,7 @@ struct Logical {
         const double p = keep(logits[s]);
         for (std::int64_t r = 0; r < R; ++r) oa[r] += p * latent[(b * c.capacity + s) * R + r];
       }
-      for (double& x : oa) x = keep(x / sum);
+      for (double& x : oa) x = keep(sum > 0 ? x / sum : 0.0);
       for (std::int64_t d = 0; d < D; ++d) {
         double x = 0;
         for (std::int64_t r = 0; r < R; ++r) x += oa[r] * w_uv[(r * H + h) * D + d];
@@ -135,7 +135,8 @@ struct Logical {
     std::vector<double> out(c.batch * c.queries * H * D, 0.0);
     if (lse) lse->assign(c.batch * c.queries * H, 0.0);
     for_each_row(opt, [&](std::int64_t b, std::int64_t h, std::int64_t row, std::int64_t last) {
-      std::vector<double> logits(last + 1), v(D * (last + 1), 0.0);
+      const std::int64_t keys = std::max<std::int64_t>(last + 1, 0);
+      std::vector<double> logits(keys), v(D * keys, 0.0);
       for (std::int64_t s = 0; s <= last; ++s) {
         const double* l = &latent[(b * c.capacity + s) * R];
         double dot = rope_dot(row, b, s);
@@ -272,6 +273,36 @@ void expect_matches_reference(const Logical& l, const CacheArguments<T>& a, cons
   EXPECT_TRUE(close(Problem<T>::host_copy(a.lse), lse, tolerance<T>(), lse_shape_of(l.c)));
 }
 
+/// Rows that see no key (an idle slot of length 0, or a query before its
+/// sequence's first token) must hold out = 0 and lse = +inf exactly, with no
+/// NaN although every cache row no sequence holds is NaN. Checks those rows,
+/// then sets them to 0 on both sides; returns how many there were.
+int expect_idle_rows_empty(std::vector<double>& out, std::vector<double>& lse, std::vector<double>& want,
+                           std::vector<double>& want_lse, std::int64_t head_dim) {
+  int idle = 0;
+  for (std::size_t row = 0; row < want_lse.size(); ++row) {
+    if (want_lse[row] != INFINITY) continue;
+    ++idle;
+    EXPECT_EQ(lse[row], INFINITY) << "lse of row " << row << ", which sees no key";
+    for (std::int64_t d = 0; d < head_dim; ++d) {
+      EXPECT_EQ(out[row * head_dim + d], 0.0) << "out of row " << row << ", which sees no key";
+      out[row * head_dim + d] = want[row * head_dim + d] = 0;
+    }
+    lse[row] = want_lse[row] = 0;
+  }
+  return idle;
+}
+
+/// Cases with rows that see no key: idle slots (length 0) and sequences
+/// shorter than Tq, on the latent and register kernels, paged and contiguous.
+std::vector<CacheCase> idle_cases() {
+  return {
+      {3, 2, 4, 8, 16, 4, 40, 8, false, {0, 1, 40}},  // paged, RoPE, Tq = 2
+      {2, 3, 5, 6, 4, 2, 24, 0, true, {0, 2}},        // register kernel (R = 4), packed
+      {2, 1, 3, 5, 7, 0, 16, 4, false, {0, 16}},      // decode with an idle slot, no RoPE
+  };
+}
+
 /// Cases covering each feature; lengths are ragged unless noted.
 std::vector<CacheCase> cases() {
   return {
@@ -314,6 +345,29 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
         }
         plan.execute(Space(), a);
         expect_matches_reference(l, a, opt);
+      }
+}
+
+TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
+  using T = TypeParam;
+  std::uint64_t seed = 150;
+  for (const CacheCase& c : idle_cases())
+    for (bool causal : {true, false})
+      for (int splits : {0, 1, 3}) {
+        SCOPED_TRACE(describe(c) + " causal=" + std::to_string(causal) + " splits=" + std::to_string(splits));
+        const Logical l(c, ++seed);
+        const DeviceCache<T> dc(l, seed);
+        const CacheArguments<T> a = arguments(l, dc);
+        Options opt;
+        opt.causal = causal;
+        opt.kv_splits = splits;
+        CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
+        std::vector<double> want_lse;
+        std::vector<double> want = l.reference(opt, &want_lse);
+        std::vector<double> out = Problem<T>::host_copy(a.out), lse = Problem<T>::host_copy(a.lse);
+        EXPECT_GT(expect_idle_rows_empty(out, lse, want, want_lse, c.head_dim), 0);
+        EXPECT_TRUE(close(out, want, tolerance<T>(), shape_of(c)));
+        EXPECT_TRUE(close(lse, want_lse, tolerance<T>(), lse_shape_of(c)));
       }
 }
 
@@ -479,12 +533,12 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
     a.cache = bad.cache;
     expect_rejected<T>(run(a), {"cache.block_table(1, 1) = 99", "pages"}, a.out);
   }
-  {  // seqlens below Tq and beyond the capacity
+  {  // negative seqlens, and beyond the capacity
     DeviceCache<T> bad(l, 17);
     CacheArguments<T> a = good;
     a.cache = bad.cache;
-    set_ints(bad.seqlens, {1, 9});
-    expect_rejected<T>(run(a), {"cache.seqlens(0) = 1", "[2, 16]"}, a.out);
+    set_ints(bad.seqlens, {-1, 9});
+    expect_rejected<T>(run(a), {"cache.seqlens(0) = -1", "[0, 16]"}, a.out);
     set_ints(bad.seqlens, {16, 17});
     expect_rejected<T>(run(a), {"cache.seqlens(1) = 17"}, a.out);
   }
@@ -665,6 +719,29 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
   EXPECT_EQ(on_device.path(), Path::Widened) << on_device.describe();
   EXPECT_EQ(without_rope.path(), Path::Widened) << without_rope.describe();
 #endif
+}
+
+// Idle slots and sequences shorter than Tq on the 16-bit paths (on CUDA the
+// tensor-core decode kernel, with one part and with several): rows that see
+// no key get out 0 and lse +inf, the others are as accurate as ever.
+TYPED_TEST(HalfCache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
+  using T = TypeParam;
+  const CacheCase c{3, 2, 16, 16, 512, 64, 128, 64, false, {0, 1, 128}};
+  for (int splits : {1, 3}) {
+    SCOPED_TRACE("splits=" + std::to_string(splits));
+    const Logical l = rounded_to<T>(c, 31);
+    const DeviceCache<T> dc(l, 31);
+    const CacheArguments<T> a = arguments(l, dc);
+    Options opt;
+    opt.kv_splits = splits;
+    CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
+    std::vector<double> want_lse;
+    std::vector<double> want = l.reference(opt, &want_lse);
+    std::vector<double> out = Problem<T>::host_copy(a.out), lse = Problem<T>::host_copy(a.lse);
+    EXPECT_GT(expect_idle_rows_empty(out, lse, want, want_lse, c.head_dim), 0);
+    EXPECT_LE(max_error(out, want), 0.05);
+    EXPECT_LE(max_error(lse, want_lse), 0.05);
+  }
 }
 
 // One part writes oa in 16 bits straight from fp32; several merge fp32 parts

@@ -147,15 +147,16 @@ TYPED_TEST(Merge, DecodeSplitEqualsCausal) {
 TYPED_TEST(Merge, FormulaAndEmptySides) {
   using T = TypeParam;
   const T inf = std::numeric_limits<T>::infinity(), nan = std::numeric_limits<T>::quiet_NaN();
-  const int rows = 4, dim = 2;
+  const int rows = 7, dim = 2;
   View4<T> oa("oa", 1, 1, rows, dim), ob("ob", 1, 1, rows, dim), o("o", 1, 1, rows, dim);
   View3<T> la("la", 1, 1, rows), lb("lb", 1, 1, rows), l("l", 1, 1, rows);
   auto hoa = Kokkos::create_mirror_view(oa), hob = Kokkos::create_mirror_view(ob);
   auto hla = Kokkos::create_mirror_view(la), hlb = Kokkos::create_mirror_view(lb);
-  const T a_out[rows][dim] = {{1, 2}, {nan, nan}, {5, 6}, {nan, 3}};
-  const T b_out[rows][dim] = {{3, -2}, {7, 8}, {nan, inf}, {4, nan}};
-  const T a_lse[rows] = {T(0.5), -inf, T(-1.25), -inf};
-  const T b_lse[rows] = {T(2), T(3.5), -inf, -inf};
+  // Rows 4-6: sides reported empty (+inf, out 0), one of them holding NaN.
+  const T a_out[rows][dim] = {{1, 2}, {nan, nan}, {5, 6}, {nan, 3}, {0, 0}, {0, 0}, {nan, 0}};
+  const T b_out[rows][dim] = {{3, -2}, {7, 8}, {nan, inf}, {4, nan}, {7, 8}, {0, 0}, {7, 8}};
+  const T a_lse[rows] = {T(0.5), -inf, T(-1.25), -inf, inf, inf, inf};
+  const T b_lse[rows] = {T(2), T(3.5), -inf, -inf, T(3.5), inf, T(3.5)};
   for (int i = 0; i < rows; ++i) {
     hla(0, 0, i) = a_lse[i];
     hlb(0, 0, i) = b_lse[i];
@@ -179,10 +180,20 @@ TYPED_TEST(Merge, FormulaAndEmptySides) {
   EXPECT_EQ(ho(0, 0, 2, 0), T(5));
   EXPECT_EQ(ho(0, 0, 2, 1), T(6));
   EXPECT_EQ(hl(0, 0, 2), T(-1.25));
-  // Both empty: no keys at all.
+  // Both empty: no keys at all, reported as out 0 and lse +inf.
   EXPECT_EQ(ho(0, 0, 3, 0), T(0));
   EXPECT_EQ(ho(0, 0, 3, 1), T(0));
-  EXPECT_EQ(hl(0, 0, 3), -inf);
+  EXPECT_EQ(hl(0, 0, 3), inf);
+  // A side reported empty: the other side exactly; both: out 0, lse +inf.
+  EXPECT_EQ(ho(0, 0, 4, 0), T(7));
+  EXPECT_EQ(ho(0, 0, 4, 1), T(8));
+  EXPECT_EQ(hl(0, 0, 4), T(3.5));
+  EXPECT_EQ(ho(0, 0, 5, 0), T(0));
+  EXPECT_EQ(ho(0, 0, 5, 1), T(0));
+  EXPECT_EQ(hl(0, 0, 5), inf);
+  // ...but a NaN it holds (from non-finite inputs) is passed on, not dropped.
+  EXPECT_TRUE(std::isnan(ho(0, 0, 6, 0)));
+  EXPECT_EQ(ho(0, 0, 6, 1), T(8));
 }
 
 TYPED_TEST(Merge, BadLse) {

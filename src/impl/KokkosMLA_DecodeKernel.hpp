@@ -137,13 +137,16 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
       KOKKOSMLA_UNROLL
       for (int j = 0; j < Columns; ++j) {
         const int c = thread + j * threads;
-        if (i < rows && c < r) query(i, c) = acc[i][j] / st.sum[i];
+        if (i < rows && c < r) query(i, c) = normalized(acc[i][j], st.sum[i]);
       }
     }
     team.team_barrier();
-    T* const lse_out = Step == LatentStep::Split ? this->part_lse(k.part) : this->lse;
-    if (lse_out)
-      softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return lse_out[this->row_index(k, i)]; });
+    if (Step == LatentStep::Split)
+      softmax_log_sum_exp(team, rows, st,
+                          [&](int i) -> T& { return this->part_lse(k.part)[this->row_index(k, i)]; });
+    else if (this->lse)
+      softmax_log_sum_exp(
+          team, rows, st, [&](int i) -> T& { return this->lse[this->row_index(k, i)]; }, true);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {

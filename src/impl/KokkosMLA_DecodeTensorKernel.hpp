@@ -334,7 +334,7 @@ struct DecodeTensorKernel {
         KOKKOSMLA_UNROLL
         for (int j = 0; j < kOutTiles; ++j)
           *reinterpret_cast<unsigned*>(out + 8 * j) = Ops::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        if (lse && warp == 0 && t == 0) lse[row] = row_lse;
+        if (lse && warp == 0 && t == 0) lse[row] = reported_lse(row_lse);
       } else {
         float* out = parts + (part * all_rows + row) * kRank + warp * kWarpOut + 2 * t;
         KOKKOSMLA_UNROLL
@@ -396,7 +396,7 @@ struct DecodeMergeKernel {
       KOKKOSMLA_UNROLL
       for (int j = 0; j < 4; ++j) {
         const int p = p0 + j;
-        const float w = p < splits ? merge.weight(part_lse[p * rows]) / merge.total : 0.f;
+        const float w = p < splits ? merge.share(merge.weight(part_lse[p * rows])) : 0.f;
         if (w > 0.f) x[0] += w * v[j].x, x[1] += w * v[j].y, x[2] += w * v[j].z, x[3] += w * v[j].w;
       }
     }

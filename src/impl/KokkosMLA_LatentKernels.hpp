@@ -269,8 +269,11 @@ struct LatentKernel {
                 oa, st.rescale, s0 > range.begin);
     }
     softmax_normalize(team, rows, r, oa, st);
-    T* const lse_out = Step == LatentStep::Split ? part_lse(k.part) : lse;
-    if (lse_out) softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return lse_out[row_index(k, i)]; });
+    if (Step == LatentStep::Split)
+      softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return part_lse(k.part)[row_index(k, i)]; });
+    else if (lse)
+      softmax_log_sum_exp(
+          team, rows, st, [&](int i) -> T& { return lse[row_index(k, i)]; }, true);
   }
 
   /// oa = the parts' oa weighted by exp(their lse), normalised; lse = the
@@ -283,7 +286,7 @@ struct LatentKernel {
       LseMerge<T> merge;
       for (int s = 0; s < splits; ++s) merge.see(part_lse(s)[at]);
       for (int s = 0; s < splits; ++s) weights(i, s) = merge.add(part_lse(s)[at]);
-      for (int s = 0; s < splits; ++s) weights(i, s) /= merge.total;
+      for (int s = 0; s < splits; ++s) weights(i, s) = merge.share(weights(i, s));
       if (lse) lse[at] = merge.lse();
     });
     team.team_barrier();

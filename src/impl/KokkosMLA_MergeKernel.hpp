@@ -29,12 +29,19 @@ struct MergeKernel {
     merge.see(la);
     merge.see(lb);
     const T wa = merge.add(la), wb = merge.add(lb);
-    // An empty side (weight 0) may hold anything in its output, even NaN: it
-    // is left out, not multiplied by zero. Both empty: no keys, out 0, lse -inf.
-    const T ca = wa / merge.total, cb = wb / merge.total;
+    const T ca = merge.share(wa), cb = merge.share(wb);
     for (std::int64_t j = 0; j < dim; ++j)
-      out[at + j] = (wa > T(0) ? ca * out_a[at + j] : T(0)) + (wb > T(0) ? cb * out_b[at + j] : T(0));
+      out[at + j] = side(la, ca, out_a[at + j]) + side(lb, cb, out_b[at + j]);
     lse[row] = merge.lse();
+  }
+
+  /// One side's term. A side with lse -inf holds no keys and may hold
+  /// anything in its output, even NaN: it is left out. One with +inf (a row
+  /// with no key, as attention reports it) holds 0, or NaN from non-finite
+  /// inputs, which must reach the result: it adds 0 times its output.
+  KOKKOS_INLINE_FUNCTION static T side(T lse_side, T share, T value) {
+    if (lse_side == negative_infinity<T>()) return T(0);
+    return lse_side == -negative_infinity<T>() ? T(0) * value : share * value;
   }
 };
 

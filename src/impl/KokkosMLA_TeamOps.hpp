@@ -182,9 +182,9 @@ KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int key
     const std::int64_t last = row_last_key(i);
     const int visible = int(max_of(std::int64_t(0), min_of(std::int64_t(keys), last - first_key + 1)));
     T tile_max = negative_infinity<T>();
-    for (int j = 0; j < visible; ++j) tile_max = max_of(tile_max, P(i, j));
+    for (int j = 0; j < visible; ++j) tile_max = running_max(tile_max, P(i, j));
     const T old_max = st.max[i];
-    const T new_max = max_of(old_max, tile_max);
+    const T new_max = running_max(old_max, tile_max);
     // A row that has seen no key yet keeps max = -inf; avoid exp(-inf - -inf).
     const bool empty = new_max == negative_infinity<T>();
     T sum = 0;
@@ -201,13 +201,13 @@ KOKKOS_INLINE_FUNCTION void softmax_update(const Member& team, int rows, int key
   team.team_barrier();
 }
 
-/// O(i, :) /= sum[i]; ends with a barrier.
+/// O(i, :) /= sum[i] (0 for a row that saw no key); ends with a barrier.
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION void softmax_normalize(const Member& team, int rows, int cols, Mat<T> O,
                                               SoftmaxRows<T> st) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * cols), [&](const int e) {
     const int i = e / cols, j = e % cols;
-    O(i, j) = O(i, j) / st.sum[i];
+    O(i, j) = normalized(O(i, j), st.sum[i]);
   });
   team.team_barrier();
 }
@@ -215,12 +215,15 @@ KOKKOS_INLINE_FUNCTION void softmax_normalize(const Member& team, int rows, int 
 /// lse_of(i) = max[i] + log(sum[i]), the log of the row's softmax denominator
 /// in unshifted terms, which is what merging partial results over disjoint key
 /// sets needs. Read it after softmax_normalize and before the state is reused.
-/// A row that saw no key gets -inf. Ends with a barrier.
+/// A row that saw no key gets -inf, or +inf where the lse is reported to the
+/// caller (reported_lse). Ends with a barrier.
 template <class Member, class T, class LseOf>
-KOKKOS_INLINE_FUNCTION void softmax_log_sum_exp(const Member& team, int rows, SoftmaxRows<T> st,
-                                                LseOf lse_of) {
-  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows),
-                       [&](const int i) { lse_of(i) = softmax_lse(st.max[i], st.sum[i]); });
+KOKKOS_INLINE_FUNCTION void softmax_log_sum_exp(const Member& team, int rows, SoftmaxRows<T> st, LseOf lse_of,
+                                                bool reported = false) {
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](const int i) {
+    const T lse = softmax_lse(st.max[i], st.sum[i]);
+    lse_of(i) = reported ? reported_lse(lse) : lse;
+  });
   team.team_barrier();
 }
 
