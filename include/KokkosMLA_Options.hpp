@@ -34,7 +34,9 @@ enum class Path {
 std::string to_string(Path p);
 
 struct Options {
-  /// Softmax scale; 1/sqrt(D) when unset. Must be finite.
+  /// Softmax scale. When unset: 1/sqrt(D) for attention() and Plan, and
+  /// 1/sqrt(D + Dr) for cache attention (the query's whole width, RoPE part
+  /// included, as DeepSeek's 1/sqrt(192)). Must be finite.
   std::optional<double> scale;
   /// Query i attends to key positions <= its own (S - T + i); false: to all keys.
   bool causal = true;
