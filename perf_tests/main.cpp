@@ -27,6 +27,7 @@
 #include <KokkosMLA.hpp>
 
 #include "HashFill.hpp"
+#include "impl/KokkosMLA_Compat.hpp"
 
 #include <benchmark/benchmark.h>
 
@@ -369,6 +370,51 @@ void register_decode_attention(const char* type) {
 }
 #endif
 
+#ifdef KOKKOS_ENABLE_CUDA
+/// The CachePlan's execute() captured once into a CUDA graph (index checks
+/// off) and replayed: what a serving engine's graph of a decode step costs.
+template <class T>
+void run_decode_graph(benchmark::State& state, DecodeShape d) {
+  DecodeInputs<T> in(d);
+  Options opt;
+  opt.check_cache_indices = false;
+  const Space exec =
+      Impl::two_instances(Space())[0];  // a stream of its own: the default one cannot be captured
+  const CachePlan<T, Space> plan(exec, cache_shape(in.args), opt);
+  plan.execute(exec, in.args);  // sets up the cuBLAS handle outside the capture
+  exec.fence();
+  cudaGraph_t graph = nullptr;
+  cudaGraphExec_t replay = nullptr;
+  if (cudaStreamBeginCapture(exec.cuda_stream(), cudaStreamCaptureModeGlobal) != cudaSuccess) {
+    state.SkipWithError("cudaStreamBeginCapture failed");
+    return;
+  }
+  plan.execute(exec, in.args);
+  if (cudaStreamEndCapture(exec.cuda_stream(), &graph) != cudaSuccess ||
+      cudaGraphInstantiate(&replay, graph, 0) != cudaSuccess) {
+    state.SkipWithError("capturing the decode step failed");
+    return;
+  }
+  time_each_call(state, exec, [&] { cudaGraphLaunch(replay, exec.cuda_stream()); });
+  cudaGraphExecDestroy(replay);
+  cudaGraphDestroy(graph);
+  state.counters["splits"] = plan.splits();
+  state.SetLabel(plan.describe());
+}
+
+template <class T>
+void register_decode_graph(const char* type) {
+  for (const DecodeShape& d : decode_shapes()) {
+    if (d.queries != 1 || d.rope_dim != 64) continue;
+    const std::string name = std::string("decode_graph/") + type + "/" + decode_name(d);
+    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode_graph<T>(st, d); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2);
+  }
+}
+#endif
+
 /// A 16-bit type's decode benchmarks: the CachePlan, and on tensor cores the attention kernel alone.
 template <class T>
 void register_decode_16bit(const char* type) {
@@ -393,8 +439,8 @@ int main(int argc, char** argv) {
     benchmark::AddCustomContext("kokkos_configuration", config.str());
     // Level-0 team scratch this Kokkos gives a team: about 40 KB before the
     // CUDA shared-memory opt-in, 224232 bytes with it on an H200.
-    benchmark::AddCustomContext(
-        "team_scratch", std::to_string(Kokkos::TeamPolicy<>(1, Kokkos::AUTO).scratch_size_max(0)));
+    benchmark::AddCustomContext("team_scratch",
+                                std::to_string(Kokkos::TeamPolicy<>(1, Kokkos::AUTO).scratch_size_max(0)));
     KokkosMLA::Bench::register_all<float>("float");
     // TF32 and 16-bit types where this Kokkos has them: Auto is the
     // tensor-core path on CUDA (the explicit algorithms would run in fp32).
@@ -406,6 +452,12 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_all<Kokkos::Experimental::half_t>("fp16", {KokkosMLA::Algorithm::Auto});
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
+#ifdef KOKKOS_ENABLE_CUDA
+    KokkosMLA::Bench::register_decode_graph<float>("float");
+#if KOKKOSMLA_HAS_BHALF
+    KokkosMLA::Bench::register_decode_graph<Kokkos::Experimental::bhalf_t>("bf16");
+#endif
+#endif
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::bhalf_t>("bf16");
 #endif

@@ -832,6 +832,109 @@ TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {
 #endif
 #endif
 
+#ifdef KOKKOS_ENABLE_CUDA
+/// step() captured once into a CUDA graph on exec's stream, in the global
+/// capture mode: a step that allocates or waits for the host while being
+/// captured fails the capture (and the test).
+template <class Step>
+cudaGraphExec_t capture(const Kokkos::Cuda& exec, Step step) {
+  cudaStream_t stream = exec.cuda_stream();
+  EXPECT_EQ(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal), cudaSuccess);
+  step();
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(stream, &graph), cudaSuccess);
+  cudaGraphExec_t instance = nullptr;
+  EXPECT_EQ(cudaGraphInstantiate(&instance, graph, 0), cudaSuccess);
+  cudaGraphDestroy(graph);
+  return instance;
+}
+
+template <class T>
+void set_device(const View3<T>& v, std::mt19937_64& rng) {
+  auto h = Kokkos::create_mirror_view(v);
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(u(rng));
+  Kokkos::deep_copy(v, h);
+}
+
+/// A decode step (append one token per sequence, then attend) with index
+/// checks off, captured once and replayed on new queries, new tokens, new
+/// lengths and a new block table, gives the same bits as the step run directly.
+template <class T>
+void expect_captured_step_matches_direct() {
+  const CacheCase c{3, 1, 16, 16, 512, 64, 256, 64, false, {200, 37, 256}};
+  const Logical l = [&] {
+    if constexpr (is_half_precision<T>::value)
+      return rounded_to<T>(c, 61);
+    else
+      return Logical(c, 61);
+  }();
+  const DeviceCache<T> dc(l, 61);
+  const CacheArguments<T> a = arguments(l, dc);
+  View3<T> new_latent("new_latent", c.batch, 1, c.latent_dim), new_rope("new_rope", c.batch, 1, c.rope_dim);
+  Options opt;
+  opt.check_cache_indices = false;
+  const Kokkos::Cuda exec = Impl::two_instances(Space())[0];
+  const CachePlan<T, Kokkos::Cuda> plan(exec, cache_shape(a), opt);
+  auto step = [&] {
+    append_to_cache(exec, a.cache, new_latent, new_rope, opt);
+    plan.execute(exec, a);
+  };
+  step();  // the first call sets up what a capture cannot (the cuBLAS handle)
+  exec.fence();
+  const cudaGraphExec_t graph = capture(exec, step);
+  std::mt19937_64 rng(5);
+  const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)), per_sequence = c.capacity / c.page;
+  for (int round = 0; round < 3; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    set_device(new_latent, rng);
+    set_device(new_rope, rng);
+    View4<T> q(const_cast<T*>(a.q.data()), c.batch, c.queries, c.heads, c.head_dim);
+    auto hq = Kokkos::create_mirror_view(q);
+    for (std::size_t i = 0; i < hq.span(); ++i)
+      hq.data()[i] = T(std::uniform_real_distribution<double>(-1, 1)(rng));
+    Kokkos::deep_copy(q, hq);
+    auto hl = Kokkos::create_mirror_view(dc.seqlens);
+    auto ht = Kokkos::create_mirror_view(dc.block_table);
+    std::vector<int> order(pages);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      hl(b) = int(1 + (rng() % c.capacity));
+      for (std::int64_t p = 0; p < per_sequence; ++p) ht(b, p) = order[b * per_sequence + p];
+    }
+    Kokkos::deep_copy(dc.seqlens, hl);
+    Kokkos::deep_copy(dc.block_table, ht);
+    Kokkos::deep_copy(a.out, T(std::nan("")));
+    Kokkos::fence();
+    ASSERT_EQ(cudaGraphLaunch(graph, exec.cuda_stream()), cudaSuccess);
+    exec.fence();
+    const std::vector<double> replayed = Problem<T>::host_copy(a.out),
+                              replayed_lse = Problem<T>::host_copy(a.lse);
+    for (double x : replayed) ASSERT_TRUE(std::isfinite(x));
+    Kokkos::deep_copy(a.out, T(std::nan("")));
+    Kokkos::fence();
+    step();
+    exec.fence();
+    EXPECT_EQ(replayed, Problem<T>::host_copy(a.out));
+    EXPECT_EQ(replayed_lse, Problem<T>::host_copy(a.lse));
+  }
+  cudaGraphExecDestroy(graph);
+}
+
+TYPED_TEST(Cache, CapturedDecodeStepReplaysAsDirect) {
+  if (!std::is_same<Space, Kokkos::Cuda>::value) GTEST_SKIP() << "CUDA graphs";
+  expect_captured_step_matches_direct<TypeParam>();
+}
+
+#if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
+TYPED_TEST(HalfCache, CapturedDecodeStepReplaysAsDirect) {
+  if (!std::is_same<Space, Kokkos::Cuda>::value) GTEST_SKIP() << "CUDA graphs";
+  expect_captured_step_matches_direct<TypeParam>();
+}
+#endif
+#endif
+
 }  // namespace
 }  // namespace Test
 }  // namespace KokkosMLA
