@@ -6,6 +6,7 @@
 
 #include "cuda/KokkosMLA_Sm90a.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
+#include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <climits>
@@ -96,6 +97,35 @@ TEST(ScratchBudget, PortableTilesAreTheSameOnBothKinds) {
       EXPECT_LE(fitted.bytes, Impl::kClassicTeamScratch);
     }
   }
+}
+
+// The one split-count heuristic. On an H200 the 16-bit decode kernel (16
+// rows per team, 3 teams per SM, 41488 bytes of scratch) takes 3 parts on
+// FlashMLA's shapes, as measured fastest against 1, 2, 4 and 6 forced
+// (docs/performance.md); a requested count is taken up to what the merge takes.
+TEST(Splits, WavesOfTeamsFillTheDevice) {
+  for (std::int64_t heads : {16, 128})
+    for (std::int64_t keys : {4096, 8192}) {
+      Impl::SplitInputs in;
+      in.teams_per_part = double(128 * ((heads + 15) / 16));
+      in.slots = classic.resident_teams({Impl::kAnyTeamScratch, 128, 3}, 41488);
+      in.capacity = keys;
+      in.min_part = 256;
+      EXPECT_EQ(in.slots, 3.0 * 132);
+      EXPECT_EQ(Impl::split_count(in, 0), 3) << heads << " heads, " << keys << " keys";
+    }
+  Impl::SplitInputs few;  // one team per part: as many parts as the device runs teams, if long enough
+  few.slots = 16;
+  few.capacity = 4096;
+  few.min_part = 64;
+  EXPECT_EQ(Impl::split_count(few, 0), 16);
+  few.capacity = 300;  // 4 parts of at least 64 keys
+  EXPECT_EQ(Impl::split_count(few, 0), 4);
+  few.slots = 1;  // one thread: one part
+  EXPECT_EQ(Impl::split_count(few, 0), 1);
+  few.most_requested = 64;
+  EXPECT_EQ(Impl::split_count(few, 100), 64);
+  EXPECT_EQ(Impl::split_count(few, 5), 5);
 }
 
 /// A kernel whose league is larger than a launch takes.

@@ -3,6 +3,7 @@
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
+#include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_TensorGemm.hpp"
 
 #include <algorithm>
@@ -14,33 +15,26 @@ namespace Impl {
 
 namespace {
 
-/// Parts per sequence. The kernel's teams (kTeamsPerSM per SM, all parts of
-/// equal length) run in waves: the count whose last wave is fullest, among
-/// those that fill the GPU, parts at least 256 keys long; each extra part
-/// costs 2 % (its fp32 oa is written and merged).
-template <class T>
-int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
-  constexpr int most = DecodeMergeKernel<T>::kMaxSplits;
-  if (requested > 0) return std::min(requested, most);
-  using Kernel = DecodeTensorKernel<T, 64>;  // the same teams without RoPE
-  const double teams = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
-  const double slots = double(Kernel::kTeamsPerSM) * be.concurrency / 2048;  // 2048 threads per SM
-  const std::int64_t longest = std::max<std::int64_t>(1, std::min<std::int64_t>(most, s.capacity / 256));
-  int best = 1;
-  double best_cost = INFINITY;
-  for (int parts = 1; parts <= longest; ++parts) {
-    const double waves = teams * parts / slots;
-    const double cost = (std::ceil(waves) / waves) * (1 + 0.02 * (parts - 1)) * (waves < 0.9 ? 2 : 1);
-    if (cost < best_cost) best = parts, best_cost = cost;
-  }
-  return best;
-}
-
 /// The kernel's scratch per team, with or without RoPE keys.
 template <class T>
 std::size_t scratch_bytes(std::int64_t rope_dim) {
   return rope_dim > 0 ? DecodeTensorKernel<T, 64>::scratch_bytes()
                       : DecodeTensorKernel<T, 0>::scratch_bytes();
+}
+
+/// Parts per sequence (split_count): its teams, 16 query rows each, at
+/// kTeamsPerSM per SM, parts at least 256 keys long, at most what the merge takes.
+template <class T>
+int tensor_splits(const CacheShape& s, const Backend& be, int requested) {
+  using Kernel = DecodeTensorKernel<T, 64>;  // the same teams without RoPE
+  SplitInputs in;
+  in.teams_per_part = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
+  in.slots = be.resident_teams(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch),
+                               scratch_bytes<T>(s.rope_dim));
+  in.capacity = s.capacity;
+  in.min_part = 256;
+  in.most = in.most_requested = DecodeMergeKernel<T>::kMaxSplits;
+  return split_count(in, requested);
 }
 
 /// The attention between absorption and up-projection: qa (B Tq H, R) in,

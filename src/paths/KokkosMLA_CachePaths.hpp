@@ -9,6 +9,7 @@
 //     and up-projects.
 
 #include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <algorithm>
@@ -37,18 +38,6 @@ LatentKernel<ExecSpace, T, Step> cache_kernel(const CacheShape& s, int splits) {
 template <class ExecSpace, class T, LatentStep Step>
 using RegisterKernel = DecodeKernel<ExecSpace, T, Step, 4>;
 
-/// Enough parts per sequence that the teams fill the device about twice
-/// (a host: once per thread), each part at least four key tiles long.
-inline int automatic_splits(const CacheShape& s, const LatentTiles& t, const Backend& be) {
-  const std::int64_t teams =
-      s.batch * ((s.queries + t.tokens - 1) / t.tokens) * ((s.heads + t.heads - 1) / t.heads);
-  const std::int64_t wanted =
-      be.host ? be.concurrency : 2 * std::int64_t(be.concurrency) / (be.team_size * 4);
-  const std::int64_t by_length = std::max<std::int64_t>(1, s.capacity / (4 * std::int64_t(t.key_tile)));
-  const std::int64_t splits = std::min<std::int64_t>({(wanted + teams - 1) / teams, by_length, 64});
-  return int(std::max<std::int64_t>(1, splits));
-}
-
 /// What both portable cache paths share: tiles, split count, workspace, and
 /// latent kernels bound to a call.
 template <class Scalar, class ExecSpace>
@@ -57,12 +46,14 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   static constexpr bool available = !is_half_precision<Scalar>::value;
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
 
-  /// With tiles f; the register path keeps qa (then oa) of every row ahead of the split parts.
-  PortableCache(const CacheProblem& p, const Fitted<LatentTiles>& f, bool keeps_rows) : problem_(p) {
+  /// With tiles f for the attending kernel of demand d; the register path
+  /// keeps qa (then oa) of every row ahead of the split parts.
+  PortableCache(const CacheProblem& p, const Fitted<LatentTiles>& f, const ScratchDemand& d, bool keeps_rows)
+      : problem_(p) {
     config_.backend = p.backend;
     config_.team_size = p.backend.team_size;
     apply(config_, f);
-    splits_ = p.options.kv_splits > 0 ? p.options.kv_splits : automatic_splits(p.shape, f.tiles, p.backend);
+    splits_ = split_count(split_inputs(p, f, d), p.options.kv_splits);
     const CacheShape& s = p.shape;
     const std::int64_t rows = s.batch * s.queries * s.heads;
     parts_at_ = keeps_rows ? rows * s.latent_dim : 0;
@@ -72,6 +63,20 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   }
   int splits() const override { return splits_; }
   std::size_t workspace_bytes() const override { return workspace_.span() * sizeof(Scalar); }
+
+  /// Split-KV of the attending kernel: its teams cover tokens x heads rows
+  /// each; parts at least four key tiles long.
+  static SplitInputs split_inputs(const CacheProblem& p, const Fitted<LatentTiles>& f,
+                                  const ScratchDemand& d) {
+    const CacheShape& s = p.shape;
+    SplitInputs in;
+    in.teams_per_part = double(s.batch * ((s.queries + f.tiles.tokens - 1) / f.tiles.tokens) *
+                               ((s.heads + f.tiles.heads - 1) / f.tiles.heads));
+    in.slots = p.backend.resident_teams(d, f.bytes);
+    in.capacity = s.capacity;
+    in.min_part = 4 * std::int64_t(f.tiles.key_tile);
+    return in;
+  }
 
   /// The latent tiles both paths start from: Split and Fused attend alike.
   static Fitted<LatentTiles> latent_fit(const CacheProblem& p) {
@@ -123,7 +128,8 @@ class CacheLatentPath final : public PortableCache<Scalar, ExecSpace> {
   /// The last cache path: takes whatever reaches it.
   static bool applicable(const CacheProblem&) { return true; }
 
-  CacheLatentPath(const ExecSpace&, const CacheProblem& p) : Base(p, Base::latent_fit(p), false) {}
+  CacheLatentPath(const ExecSpace&, const CacheProblem& p)
+      : Base(p, Base::latent_fit(p), demand_of<Kokkos::LaunchBounds<>>(p.backend.team_size), false) {}
   Path path() const override { return Path::CacheLatent; }
   std::string describe() const override { return this->describe_tiles(); }
   void run(const ExecSpace& exec, const typename Base::Call& a) const override {
@@ -152,7 +158,11 @@ class CacheRegistersPath final : public PortableCache<Scalar, ExecSpace> {
     return d.level == 0 && register_prototype(p).fits(d.tiles, p.backend.team_size);
   }
 
-  CacheRegistersPath(const ExecSpace&, const CacheProblem& p) : Base(p, register_fit(p), true) {
+  CacheRegistersPath(const ExecSpace&, const CacheProblem& p)
+      : Base(p, register_fit(p),
+             demand_of<typename RegisterKernel<ExecSpace, Scalar, LatentStep::Split>::bounds>(
+                 p.backend.team_size),
+             true) {
     auto tiles = [&](auto absorbs) {
       return project_tiles(project_kernel<decltype(absorbs)::value>(), p.backend).tiles;
     };
