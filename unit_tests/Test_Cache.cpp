@@ -868,6 +868,10 @@ void expect_captured_step_matches_direct() {
   View3<T> new_latent("new_latent", c.batch, 1, c.latent_dim), new_rope("new_rope", c.batch, 1, c.rope_dim);
   Options opt;
   opt.check_cache_indices = false;
+  std::mt19937_64 rng(5);
+  // New lengths and page orders reach rows and pages no sequence held: every row finite.
+  set_device(dc.cache.latent, rng);
+  set_device(dc.cache.k_rope, rng);
   const Kokkos::Cuda exec = Impl::two_instances(Space())[0];
   const CachePlan<T, Kokkos::Cuda> plan(exec, cache_shape(a), opt);
   auto step = [&] {
@@ -877,7 +881,6 @@ void expect_captured_step_matches_direct() {
   step();  // the first call sets up what a capture cannot (the cuBLAS handle)
   exec.fence();
   const cudaGraphExec_t graph = capture(exec, step);
-  std::mt19937_64 rng(5);
   const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)), per_sequence = c.capacity / c.page;
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
