@@ -843,8 +843,10 @@ cudaGraphExec_t capture(const Kokkos::Cuda& exec, Step step) {
   return instance;
 }
 
-template <class T>
-void set_device(const View3<T>& v, std::mt19937_64& rng) {
+/// Random values in [-1, 1) into every element of a device view.
+template <class V>
+void set_device(const V& v, std::mt19937_64& rng) {
+  using T = typename V::non_const_value_type;
   auto h = Kokkos::create_mirror_view(v);
   std::uniform_real_distribution<double> u(-1, 1);
   for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(u(rng));
@@ -886,11 +888,7 @@ void expect_captured_step_matches_direct() {
     SCOPED_TRACE("round " + std::to_string(round));
     set_device(new_latent, rng);
     set_device(new_rope, rng);
-    View4<T> q(const_cast<T*>(a.q.data()), c.batch, c.queries, c.heads, c.head_dim);
-    auto hq = Kokkos::create_mirror_view(q);
-    for (std::size_t i = 0; i < hq.span(); ++i)
-      hq.data()[i] = T(std::uniform_real_distribution<double>(-1, 1)(rng));
-    Kokkos::deep_copy(q, hq);
+    set_device(View4<T>(const_cast<T*>(a.q.data()), c.batch, c.queries, c.heads, c.head_dim), rng);
     auto hl = Kokkos::create_mirror_view(dc.seqlens);
     auto ht = Kokkos::create_mirror_view(dc.block_table);
     std::vector<int> order(pages);
