@@ -321,15 +321,24 @@ std::string decode_name(const DecodeShape& d) {
   return o.str();
 }
 
-template <class T>
-void register_decode(const char* type) {
+/// Registers run(state, d) as kind/type/<shape> for every decode shape, or
+/// only for FlashMLA's (Tq = 1, RoPE 64).
+enum class DecodeShapes { All, FlashMLA };
+void register_decode_kind(const char* kind, const char* type, DecodeShapes shapes,
+                          void (*run)(benchmark::State&, DecodeShape)) {
   for (const DecodeShape& d : decode_shapes()) {
-    const std::string name = std::string("decode/") + type + "/" + decode_name(d);
-    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode<T>(st, d); })
+    if (shapes == DecodeShapes::FlashMLA && (d.queries != 1 || d.rope_dim != 64)) continue;
+    const std::string name = std::string(kind) + "/" + type + "/" + decode_name(d);
+    benchmark::RegisterBenchmark(name.c_str(), [d, run](benchmark::State& st) { run(st, d); })
         ->UseManualTime()
         ->Unit(benchmark::kMillisecond)
         ->MinTime(0.2);
   }
+}
+
+template <class T>
+void register_decode(const char* type) {
+  register_decode_kind("decode", type, DecodeShapes::All, &run_decode<T>);
 }
 
 #if KOKKOSMLA_ENABLE_SM80
@@ -359,14 +368,7 @@ void run_decode_attention(benchmark::State& state, DecodeShape d) {
 
 template <class T>
 void register_decode_attention(const char* type) {
-  for (const DecodeShape& d : decode_shapes()) {
-    if (d.queries != 1 || d.rope_dim != 64) continue;  // FlashMLA's shapes
-    const std::string name = std::string("decode_attention/") + type + "/" + decode_name(d);
-    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode_attention<T>(st, d); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.2);
-  }
+  register_decode_kind("decode_attention", type, DecodeShapes::FlashMLA, &run_decode_attention<T>);
 }
 #endif
 
@@ -404,14 +406,7 @@ void run_decode_graph(benchmark::State& state, DecodeShape d) {
 
 template <class T>
 void register_decode_graph(const char* type) {
-  for (const DecodeShape& d : decode_shapes()) {
-    if (d.queries != 1 || d.rope_dim != 64) continue;
-    const std::string name = std::string("decode_graph/") + type + "/" + decode_name(d);
-    benchmark::RegisterBenchmark(name.c_str(), [d](benchmark::State& st) { run_decode_graph<T>(st, d); })
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond)
-        ->MinTime(0.2);
-  }
+  register_decode_kind("decode_graph", type, DecodeShapes::FlashMLA, &run_decode_graph<T>);
 }
 #endif
 
