@@ -47,9 +47,8 @@ bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p)
 template <class Scalar, class ExecSpace>
 FlashTensorSm80Path<Scalar, ExecSpace>::FlashTensorSm80Path(const ExecSpace&, const PrefillProblem& p)
     : problem_(p),
-      kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
-          "KokkosMLA::Plan::workspace",
-          2 * p.shape.batch * p.shape.keys * p.shape.heads * p.shape.head_dim)) {}
+      kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>("KokkosMLA::Plan::workspace",
+                                                                    2 * kv_elements(p.shape))) {}
 
 template <class Scalar, class ExecSpace>
 std::string FlashTensorSm80Path<Scalar, ExecSpace>::describe() const {

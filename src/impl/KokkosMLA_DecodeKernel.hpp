@@ -141,12 +141,7 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
       }
     }
     team.team_barrier();
-    if (Step == LatentStep::Split)
-      softmax_log_sum_exp(team, rows, st,
-                          [&](int i) -> T& { return this->part_lse(k.part)[this->row_index(k, i)]; });
-    else if (this->lse)
-      softmax_log_sum_exp(
-          team, rows, st, [&](int i) -> T& { return this->lse[this->row_index(k, i)]; }, true);
+    this->store_lse(team, k, rows, st);
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {

@@ -203,6 +203,17 @@ struct LatentKernel {
     return parts + splits * batch * queries * heads * rank + part * batch * queries * heads;
   }
 
+  /// The rows' log-sum-exp: into the part's slot in a split step (-inf for a
+  /// row with no key), else into lse when asked for, as reported (+inf). Ends with a barrier.
+  KOKKOS_INLINE_FUNCTION void store_lse(const Member& team, const Block& k, int rows,
+                                        SoftmaxRows<T> st) const {
+    if (Step == LatentStep::Split)
+      softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return part_lse(k.part)[row_index(k, i)]; });
+    else if (lse)
+      softmax_log_sum_exp(
+          team, rows, st, [&](int i) -> T& { return lse[row_index(k, i)]; }, true);
+  }
+
   /// qa = scale * q_rows . w_uk[:, h, :]^T, head by head, w_uk staged in chunks.
   KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const Block& k, Mat<T> q_rows, T* stage,
                                      Mat<T> qa) const {
@@ -269,11 +280,7 @@ struct LatentKernel {
                 oa, st.rescale, s0 > range.begin);
     }
     softmax_normalize(team, rows, r, oa, st);
-    if (Step == LatentStep::Split)
-      softmax_log_sum_exp(team, rows, st, [&](int i) -> T& { return part_lse(k.part)[row_index(k, i)]; });
-    else if (lse)
-      softmax_log_sum_exp(
-          team, rows, st, [&](int i) -> T& { return lse[row_index(k, i)]; }, true);
+    store_lse(team, k, rows, st);
   }
 
   /// oa = the parts' oa weighted by exp(their lse), normalised; lse = the

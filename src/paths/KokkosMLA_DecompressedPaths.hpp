@@ -24,9 +24,8 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
 
   explicit DecompressedPrefill(const PrefillProblem& p)
       : problem_(p),
-        kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
-            "KokkosMLA::Plan::workspace",
-            2 * p.shape.batch * p.shape.keys * p.shape.heads * p.shape.head_dim)) {}
+        kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>("KokkosMLA::Plan::workspace",
+                                                                      2 * Impl::kv_elements(p.shape))) {}
   Algorithm algorithm() const override { return Algorithm::Decompressed; }
   std::size_t workspace_bytes() const override { return kv_.span() * sizeof(Scalar); }
 
@@ -57,7 +56,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     const Shape& s = problem_.shape;
     return Kernel{c.q.data(),
                   k,
-                  k + kv_elements(),
+                  k + Impl::kv_elements(s),
                   c.out.data(),
                   c.lse,
                   s.batch,
@@ -69,9 +68,6 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
                   Scalar(problem_.scale),
                   problem_.options.causal,
                   scratch_level};
-  }
-  std::int64_t kv_elements() const {
-    return problem_.shape.batch * problem_.shape.keys * problem_.shape.heads * problem_.shape.head_dim;
   }
 
   PrefillProblem problem_;

@@ -80,6 +80,9 @@ Kokkos::View<T*, MemorySpace> workspace(const char* label, std::int64_t n) {
                                        n);
 }
 
+/// Elements of K or V, each (B, S, H, D), as the Decompressed paths keep them.
+inline std::int64_t kv_elements(const Shape& s) { return s.batch * s.keys * s.heads * s.head_dim; }
+
 /// Calls f(static_cast<Unit*>(nullptr)) and returns true when Unit is built
 /// for these types and takes problem p.
 template <class Unit, class Problem, class F>
