@@ -28,6 +28,7 @@ enum class Path {
   Widened,               ///< 16-bit plans off the tensor-core paths: a float plan on widened copies
   CacheLatent,           ///< cache attention: the portable latent kernel (split-KV by lse)
   CacheRegisters,        ///< cache attention: accumulators in registers, projections as team GEMMs (GPUs)
+  CacheBlocked,          ///< cache attention: register-blocked products in large team scratch (GPUs)
   DecodeTensorSm80,      ///< cache attention: cuBLAS projections, the mma.sync decode kernel (16-bit)
 };
 
@@ -58,6 +59,12 @@ struct Options {
   /// 2^-11 rounded, 2^-10 truncated; docs/performance.md states the bound on
   /// out). Every other plan ignores it.
   bool allow_tf32 = false;
+  /// Runs this execution path instead of the plan's choice (A/B comparisons
+  /// of kernels, reproducing a result across machines): a Plan or CachePlan
+  /// throws std::invalid_argument when that path is not built for its scalar
+  /// type and backend or does not take the problem. Unset: the first path of
+  /// the ordered list (README, "Execution paths") that takes it.
+  std::optional<Path> path;
 };
 
 /// Extents of one problem: q (batch, queries, heads, head_dim),

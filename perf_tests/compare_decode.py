@@ -10,6 +10,9 @@ PyTorch baseline (TF32 off), in the same dtype, on a contiguous cache:
   scores = scale * (qa . latent^T + q_rope . k_rope^T), causal for Tq > 1,
   softmax, oa = p . latent, out = oa . w_uv per head.
 
+With --dtype float32 it also runs the float decode on the CacheRegisters path
+(decode_registers/float/..., rows kokkosmla-cache-registers) where the
+benchmark has it, for an A/B of the kernels in the same run.
 With --dtype bfloat16 or float16 it also times the tensor-core attention alone
 (decode_attention/bf16/... or fp16/..., absorbed queries in, oa out) as FlashMLA's own
 benchmark times its kernel, and with --flashmla FILE adds the lines of a
@@ -117,7 +120,7 @@ def run_torch(shapes, dtype="float32"):
 def run_ours(args, shapes):
     names = "|".join(name(*s) for s in shapes)
     prefix = TYPES[args.dtype][0]
-    flt = "^decode/%s/(%s)" % (prefix, names)
+    flt = "^decode(_registers)?/%s/(%s)" % (prefix, names)
     if args.dtype != "float32":
         flt = "^decode(_attention)?/%s/(%s)" % (prefix, names)
     rows = []
@@ -130,7 +133,8 @@ def run_ours(args, shapes):
             r = attention_row(B, Tq, H, S, "kokkosmla-decode-attention", args.backend, b["real_time"],
                               args.dtype)
         else:
-            r = row(B, Tq, H, S, "kokkosmla-cache", args.backend, b["real_time"], b.get("relerr"), args.dtype)
+            impl = "kokkosmla-cache-registers" if kind == "decode_registers" else "kokkosmla-cache"
+            r = row(B, Tq, H, S, impl, args.backend, b["real_time"], b.get("relerr"), args.dtype)
             r["plan"] = b.get("label", "")
         r["splits"] = b.get("splits")
         r["commit"] = context.get("git_hash")

@@ -19,6 +19,8 @@
 // decode_attention/bf16/... and fp16/... (CUDA with tensor cores) time the attention
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
+// decode_registers/float/... (CUDA) runs the float decode on the
+// CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
 //
 //   kokkosmla_perf_tests --benchmark_filter='float/.*B4_T1024'   # one shape
 //   kokkosmla_perf_tests --benchmark_filter='decode/'           # the decode shapes
@@ -33,6 +35,7 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -291,11 +294,13 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
   }
 }
 
+/// A decode step on the plan's path, or on the path given (A/B in one run).
 template <class T>
-void run_decode(benchmark::State& state, DecodeShape d) {
+void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path> path) {
   DecodeInputs<T> in(d);
   Options opt;
   opt.check_cache_indices = false;  // as a serving loop would run it
+  opt.path = path;
   CachePlan<T, Space> plan(Space(), cache_shape(in.args), opt);
   const Space exec;
   time_each_call(state, exec, [&] { plan.execute(exec, in.args); });
@@ -312,6 +317,16 @@ void run_decode(benchmark::State& state, DecodeShape d) {
   if (!errors.count(key)) errors[key] = decode_relative_error(d, in);
   state.counters["relerr"] = errors[key];
   state.SetLabel(plan.describe());
+}
+
+template <class T>
+void run_decode(benchmark::State& state, DecodeShape d) {
+  run_decode_with<T>(state, d, std::nullopt);
+}
+
+template <class T, Path P>
+void run_decode_on(benchmark::State& state, DecodeShape d) {
+  run_decode_with<T>(state, d, P);
 }
 
 std::string decode_name(const DecodeShape& d) {
@@ -448,6 +463,10 @@ int main(int argc, char** argv) {
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
 #ifdef KOKKOS_ENABLE_CUDA
+    // The float decode on the path CacheBlocked replaced on GPUs, beside it.
+    KokkosMLA::Bench::register_decode_kind(
+        "decode_registers", "float", KokkosMLA::Bench::DecodeShapes::All,
+        &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
     KokkosMLA::Bench::register_decode_graph<float>("float");
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_graph<Kokkos::Experimental::bhalf_t>("bf16");

@@ -30,8 +30,25 @@ CostInputs cost_inputs(const Shape& s, const Options& opt, const Backend& be) {
   return in;
 }
 
-/// The problem as the paths see it; Auto resolved by the cost model over the
-/// portable algorithms in the type computed in (float for 16-bit types).
+/// The algorithm a forced path computes (Auto for Widened, whose float plan chooses).
+Algorithm algorithm_of(Path path) {
+  switch (path) {
+    case Path::Fused:
+      return Algorithm::Fused;
+    case Path::Absorbed:
+      return Algorithm::Absorbed;
+    case Path::DecompressedPortable:
+    case Path::DecompressedBlocked:
+    case Path::FlashTensorSm80:
+      return Algorithm::Decompressed;
+    default:
+      return Algorithm::Auto;
+  }
+}
+
+/// The problem as the paths see it; Auto resolved by a forced path's
+/// algorithm, else by the cost model over the portable algorithms in the type
+/// computed in (float for 16-bit types).
 template <class Scalar, class ExecSpace>
 PrefillProblem prefill_problem(const ExecSpace& exec, const Shape& shape, const Options& opt) {
   PrefillProblem p;
@@ -39,9 +56,10 @@ PrefillProblem prefill_problem(const ExecSpace& exec, const Shape& shape, const 
   p.options = opt;
   p.backend = backend_of(exec);
   p.scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim));
-  p.wanted = opt.algorithm != Algorithm::Auto
-                 ? opt.algorithm
-                 : cheapest(cost_inputs<ExecSpace, compute_type<Scalar>>(shape, opt, p.backend));
+  p.wanted = opt.algorithm;
+  if (p.wanted == Algorithm::Auto && opt.path) p.wanted = algorithm_of(*opt.path);
+  if (p.wanted == Algorithm::Auto)
+    p.wanted = cheapest(cost_inputs<ExecSpace, compute_type<Scalar>>(shape, opt, p.backend));
   return p;
 }
 

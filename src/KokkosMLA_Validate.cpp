@@ -44,6 +44,8 @@ std::string to_string(Path p) {
       return "CacheLatent";
     case Path::CacheRegisters:
       return "CacheRegisters";
+    case Path::CacheBlocked:
+      return "CacheBlocked";
     case Path::DecodeTensorSm80:
       return "DecodeTensorSm80";
   }

@@ -6,6 +6,8 @@
 #include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
+#include <map>
+#include <memory>
 #include <numeric>
 
 namespace KokkosMLA {
@@ -314,9 +316,13 @@ int expect_cases_match_reference(const std::vector<CacheCase>& cases, std::initi
         opt.causal = causal;
         opt.kv_splits = splits;
         CachePlan<T> plan(Space(), cache_shape(a), opt);
-        // Every backend runs the register kernel for R <= 4 (GPUs for larger R too).
-        if (c.latent_dim <= 4) {
-          EXPECT_EQ(plan.path(), Path::CacheRegisters) << plan.describe();
+        // Hosts run the register kernel for R <= 4; GPUs the blocked one.
+        if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+          if (c.latent_dim <= 4) {
+            EXPECT_EQ(plan.path(), Path::CacheRegisters) << plan.describe();
+          }
+        } else {
+          EXPECT_EQ(plan.path(), Path::CacheBlocked) << plan.describe();
         }
         plan.execute(Space(), a);
         idle += expect_matches_reference(l, a, opt);
@@ -363,6 +369,52 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
 
 TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
   EXPECT_GT(expect_cases_match_reference<TypeParam>(idle_cases(), {0, 1, 3}, 150), 0);
+}
+
+/// DeepSeek's widths (R = 512, Dr = 64) and the widest rows the blocked GPU
+/// kernel takes with R not a multiple of 4 (509 + 67): several row groups,
+/// the last one partial, paged, ragged, causal and not, one part and three.
+TYPED_TEST(Cache, WideRowsMatchReference) {
+  const std::vector<CacheCase> wide = {
+      {2, 2, 20, 8, 512, 64, 112, 16, false, {112, 37}},  // 40 rows of a sequence: 3 groups of 16
+      {2, 1, 3, 5, 509, 67, 70, 0, true, {70, 33}},       // packed, no whole quads
+  };
+  EXPECT_EQ(expect_cases_match_reference<TypeParam>(wide, {1, 3}, 300), 0);
+}
+
+/// Every path that takes a case, forced through Options::path, matches the
+/// reference on it: the GPU runs its faster kernels and the portable ones alike.
+TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
+  using T = TypeParam;
+  std::map<Path, int> ran;
+  std::uint64_t seed = 700;
+  for (const CacheCase& c : cases())
+    for (Path path : {Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+      for (int splits : {1, 3}) {
+        SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " splits=" + std::to_string(splits));
+        const Logical l(c, ++seed);
+        const DeviceCache<T> dc(l, seed);
+        const CacheArguments<T> a = arguments(l, dc);
+        Options opt;
+        opt.kv_splits = splits;
+        opt.path = path;
+        std::unique_ptr<CachePlan<T>> plan;
+        try {
+          plan = std::make_unique<CachePlan<T>>(Space(), cache_shape(a), opt);
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find(to_string(path)), std::string::npos) << e.what();
+          continue;
+        }
+        EXPECT_EQ(plan->path(), path);
+        plan->execute(Space(), a);
+        expect_matches_reference(l, a, opt);
+        ++ran[path];
+      }
+  EXPECT_EQ(ran[Path::CacheLatent], int(2 * cases().size()));  // the last path takes everything
+  EXPECT_GT(ran[Path::CacheRegisters], 0);
+  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+    EXPECT_EQ(ran[Path::CacheBlocked], int(2 * cases().size()));
+  }
 }
 
 /// Random legal problems: every extent, page size, layout and split count.

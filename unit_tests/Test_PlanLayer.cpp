@@ -187,10 +187,30 @@ TYPED_TEST(PathChoice, HostsTakeThePortablePaths) {
   EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), narrow).path()), Path::CacheRegisters);
 }
 
+// Options::path runs the path named, or the plan refuses with that name.
+TYPED_TEST(PathChoice, ForcedPathIsTakenOrRefusedByName) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  const CacheShape s{2, 1, 4, 16, 64, 8, 128};
+  Options opt;
+  opt.path = Path::CacheLatent;
+  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), s, opt).path()), Path::CacheLatent);
+  opt.path = Path::CacheBlocked;  // a GPU path
+  try {
+    CachePlan<TypeParam, Host>(Host(), s, opt);
+    FAIL() << "no exception";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("Options::path = CacheBlocked"), std::string::npos) << e.what();
+  }
+  opt.path = Path::Absorbed;
+  EXPECT_EQ((Plan<TypeParam, Host>(Host(), Shape{1, 8, 8, 2, 4, 16}, opt).path()), Path::Absorbed);
+  opt.path = Path::Fused;  // a prefill path for cache attention
+  EXPECT_THROW((CachePlan<TypeParam, Host>(Host(), s, opt)), std::invalid_argument);
+}
+
 TEST(PathNames, EveryPathHasAName) {
   for (Path p : {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
                  Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters,
-                 Path::DecodeTensorSm80})
+                 Path::CacheBlocked, Path::DecodeTensorSm80})
     EXPECT_NE(to_string(p), "?");
 }
 

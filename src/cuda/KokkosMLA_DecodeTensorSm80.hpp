@@ -21,7 +21,8 @@ class DecodeTensorSm80Path final : public PlannedCache<Scalar, ExecSpace> {
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
 
   DecodeTensorSm80Path(const ExecSpace& exec, const CacheProblem& p);
-  Path path() const override { return Path::DecodeTensorSm80; }
+  static constexpr Path id = Path::DecodeTensorSm80;
+  Path path() const override { return id; }
   int splits() const override { return splits_; }
   std::string describe() const override;
   std::size_t workspace_bytes() const override {

@@ -21,7 +21,8 @@ class FlashTensorSm80Path final : public PlannedPrefill<Scalar, ExecSpace> {
   using Call = typename PlannedPrefill<Scalar, ExecSpace>::Call;
 
   FlashTensorSm80Path(const ExecSpace& exec, const PrefillProblem& p);
-  Path path() const override { return Path::FlashTensorSm80; }
+  static constexpr Path id = Path::FlashTensorSm80;
+  Path path() const override { return id; }
   Algorithm algorithm() const override { return Algorithm::Decompressed; }
   std::string describe() const override;
   std::size_t workspace_bytes() const override { return kv_.span() * sizeof(Scalar); }

@@ -4,11 +4,15 @@
 //   CacheRegisters: queries absorbed by a team GEMM, attention by DecodeKernel
 //     with its accumulators in registers (in parts, merged by lse), outputs
 //     up-projected by a team GEMM: where its rows and columns fit a team;
+//   CacheBlocked: queries absorbed and outputs up-projected by team GEMMs,
+//     attention by DecodeBlockedKernel (16 rows per team, register-blocked
+//     products over 32-key tiles in large team scratch; GPUs);
 //   CacheLatent: the latent kernel absorbs, attends and up-projects in one
 //     launch, or with split-KV one that attends in parts and one that merges
 //     and up-projects.
 
 #include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_DecodeBlockedKernel.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
@@ -113,6 +117,54 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     return k;
   }
 
+  /// Tiles of the per-head projections (team GEMMs): the smaller of the
+  /// absorption's and the up-projection's, one set for both.
+  void plan_projections() {
+    auto tiles = [&](auto absorbs) {
+      return project_tiles(project_kernel<decltype(absorbs)::value>(), problem_.backend).tiles;
+    };
+    const ProjectTiles absorb = tiles(std::true_type()), up = tiles(std::false_type());
+    config_.project_rows = std::min(absorb.rows, up.rows);
+    config_.project_columns = std::min(absorb.columns, up.columns);
+    config_.project_chunk = std::min(absorb.chunk, up.chunk);
+  }
+
+  /// qa = scale q w_uk^T into the workspace; attend(), which leaves oa in
+  /// qa's place or its parts; the parts merged; out = oa w_uv.
+  template <class Attend>
+  void absorb_attend_project(const ExecSpace& exec, const Call& a, Attend attend) const {
+    Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
+    project<true>(exec, "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(), Scalar(problem_.scale));
+    attend();
+    if (splits_ > 1)
+      launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bound<LatentStep::Merge>(a), config_);
+    project<false>(exec, "KokkosMLA::CacheAttention::up_project", qa, a.out.data(), a.w_uv.data(), Scalar(1));
+  }
+
+  /// A projection kernel of the problem's extents (pointers unset).
+  template <bool Absorb>
+  ProjectKernel<ExecSpace, Scalar, Absorb> project_kernel() const {
+    const CacheShape& s = problem_.shape;
+    ProjectKernel<ExecSpace, Scalar, Absorb> k;
+    k.rows = s.batch * s.queries;
+    k.heads = s.heads;
+    k.dim = s.head_dim;
+    k.rank = s.latent_dim;
+    return k;
+  }
+
+  template <bool Absorb>
+  void project(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to, const Scalar* w,
+               Scalar alpha) const {
+    auto k = project_kernel<Absorb>();
+    k.tiles = {config_.project_rows, config_.project_columns, config_.project_chunk};
+    k.from = from;
+    k.to = to;
+    k.w = w;
+    k.alpha = alpha;
+    launch_tiled(exec, label, k, config_);
+  }
+
   CacheProblem problem_;
   LaunchConfig config_;
   int splits_ = 1;
@@ -130,7 +182,8 @@ class CacheLatentPath final : public PortableCache<Scalar, ExecSpace> {
 
   CacheLatentPath(const ExecSpace&, const CacheProblem& p)
       : Base(p, Base::latent_fit(p), demand_of<Kokkos::LaunchBounds<>>(p.backend.team_size), false) {}
-  Path path() const override { return Path::CacheLatent; }
+  static constexpr Path id = Path::CacheLatent;
+  Path path() const override { return id; }
   std::string describe() const override { return this->describe_tiles(); }
   void run(const ExecSpace& exec, const typename Base::Call& a) const override {
     using Step = LatentStep;
@@ -163,35 +216,24 @@ class CacheRegistersPath final : public PortableCache<Scalar, ExecSpace> {
              demand_of<typename RegisterKernel<ExecSpace, Scalar, LatentStep::Split>::bounds>(
                  p.backend.team_size),
              true) {
-    auto tiles = [&](auto absorbs) {
-      return project_tiles(project_kernel<decltype(absorbs)::value>(), p.backend).tiles;
-    };
-    const ProjectTiles absorb = tiles(std::true_type()), up = tiles(std::false_type());
-    // One set of tiles for both: the smaller of each.
-    this->config_.project_rows = std::min(absorb.rows, up.rows);
-    this->config_.project_columns = std::min(absorb.columns, up.columns);
-    this->config_.project_chunk = std::min(absorb.chunk, up.chunk);
+    this->plan_projections();
   }
-  Path path() const override { return Path::CacheRegisters; }
+  static constexpr Path id = Path::CacheRegisters;
+  Path path() const override { return id; }
   std::string describe() const override { return "(accumulators in registers) " + this->describe_tiles(); }
 
   void run(const ExecSpace& exec, const typename Base::Call& a) const override {
-    using Step = LatentStep;
-    Scalar* const qa = this->workspace_.data();  // then oa: (B, Tq, H, R)
-    project<true>(exec, "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(),
-                  Scalar(this->problem_.scale));
-    if (this->splits_ == 1) {
-      launch_tiled(exec, "KokkosMLA::CacheAttention::attend",
-                   RegisterKernel<ExecSpace, Scalar, Step::Attend>(this->template bound<Step::Attend>(a)),
-                   this->config_);
-    } else {
-      launch_tiled(exec, "KokkosMLA::CacheAttention::split",
-                   RegisterKernel<ExecSpace, Scalar, Step::Split>(this->template bound<Step::Split>(a)),
-                   this->config_);
-      launch_tiled(exec, "KokkosMLA::CacheAttention::merge", this->template bound<Step::Merge>(a),
-                   this->config_);
-    }
-    project<false>(exec, "KokkosMLA::CacheAttention::up_project", qa, a.out.data(), a.w_uv.data(), Scalar(1));
+    this->absorb_attend_project(exec, a, [&] {
+      using Step = LatentStep;
+      if (this->splits_ == 1)
+        launch_tiled(exec, "KokkosMLA::CacheAttention::attend",
+                     RegisterKernel<ExecSpace, Scalar, Step::Attend>(this->template bound<Step::Attend>(a)),
+                     this->config_);
+      else
+        launch_tiled(exec, "KokkosMLA::CacheAttention::split",
+                     RegisterKernel<ExecSpace, Scalar, Step::Split>(this->template bound<Step::Split>(a)),
+                     this->config_);
+    });
   }
 
  private:
@@ -202,29 +244,66 @@ class CacheRegistersPath final : public PortableCache<Scalar, ExecSpace> {
   static Fitted<LatentTiles> register_fit(const CacheProblem& p) {
     return decode_tiles(register_prototype(p), p.shape.capacity, p.backend);
   }
+};
 
-  /// A projection kernel of the problem's extents (pointers unset).
-  template <bool Absorb>
-  ProjectKernel<ExecSpace, Scalar, Absorb> project_kernel() const {
-    const CacheShape& s = this->problem_.shape;
-    ProjectKernel<ExecSpace, Scalar, Absorb> k;
-    k.rows = s.batch * s.queries;
-    k.heads = s.heads;
-    k.dim = s.head_dim;
-    k.rank = s.latent_dim;
-    return k;
+/// The blocked kernel of cache attention.
+template <class ExecSpace, class T, LatentStep Step>
+using BlockedKernel = DecodeBlockedKernel<ExecSpace, T, Step>;
+
+template <class Scalar, class ExecSpace>
+class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
+  using Base = PortableCache<Scalar, ExecSpace>;
+  using Prototype = BlockedKernel<ExecSpace, Scalar, LatentStep::Split>;
+
+ public:
+  /// On GPUs whose team scratch holds the kernel's tiles, for R <= 512 and R + Dr <= 576.
+  static bool applicable(const CacheProblem& p) {
+    const CacheShape& s = p.shape;
+    return !p.backend.host && Prototype::fits(s.latent_dim, s.rope_dim) &&
+           Prototype::scratch_bytes_for(s.latent_dim, s.rope_dim) <= p.backend.scratch_budget(demand(p));
   }
 
-  template <bool Absorb>
-  void project(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to, const Scalar* w,
-               Scalar alpha) const {
-    auto k = project_kernel<Absorb>();
-    k.tiles = {this->config_.project_rows, this->config_.project_columns, this->config_.project_chunk};
-    k.from = from;
-    k.to = to;
-    k.w = w;
-    k.alpha = alpha;
-    launch_tiled(exec, label, k, this->config_);
+  CacheBlockedPath(const ExecSpace&, const CacheProblem& p) : Base(p, blocked_fit(p), demand(p), true) {
+    this->plan_projections();
+  }
+  static constexpr Path id = Path::CacheBlocked;
+  Path path() const override { return id; }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "(register-blocked) splits=" << this->splits_ << " team_size=" << Prototype::kThreads
+      << " rows=" << Prototype::kRows << " key_tile=" << Prototype::kKeys << " scratch=" << this->config_.scratch_bytes
+      << "B@level0 workspace=" << this->workspace_bytes() << "B";
+    return o.str();
+  }
+
+  void run(const ExecSpace& exec, const typename Base::Call& a) const override {
+    this->absorb_attend_project(exec, a, [&] {
+      if (this->splits_ == 1)
+        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Attend>(this->template bound<LatentStep::Attend>(a)));
+      else
+        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Split>(this->template bound<LatentStep::Split>(a)));
+    });
+  }
+
+ private:
+  static ScratchDemand demand(const CacheProblem&) {
+    return demand_of<typename Prototype::bounds>(Prototype::kThreads, kAnyTeamScratch);
+  }
+  /// The kernel's fixed tiles: 16 rows of whole heads where they fit (else of
+  /// whole tokens of fewer heads), 32 keys.
+  static Fitted<LatentTiles> blocked_fit(const CacheProblem& p) {
+    LatentTiles t;
+    t.heads = clamp_tile(p.shape.heads, Prototype::kRows);
+    t.tokens = clamp_tile(p.shape.queries, Prototype::kRows / t.heads);
+    t.key_tile = Prototype::kKeys;
+    t.weight_chunk = 1;  // the kernel stages no weights
+    return {t, 0, Prototype::scratch_bytes_for(p.shape.latent_dim, p.shape.rope_dim)};
+  }
+  template <class Kernel>
+  void attend(const ExecSpace& exec, Kernel k) const {
+    k.quad_cache = k.quad_rows();
+    launch(exec, "KokkosMLA::CacheAttention::attend_blocked", k, Kernel::kThreads, this->config_.scratch_bytes,
+           true, typename Kernel::bounds());
   }
 };
 

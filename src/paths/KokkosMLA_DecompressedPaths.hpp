@@ -84,7 +84,8 @@ class DecompressedPortablePath final : public DecompressedPrefill<Scalar, ExecSp
 
   DecompressedPortablePath(const ExecSpace&, const PrefillProblem& p)
       : Base(p), fitted_(flash_tiles<ExecSpace, Scalar>(p.shape, p.backend)) {}
-  Path path() const override { return Path::DecompressedPortable; }
+  static constexpr Path id = Path::DecompressedPortable;
+  Path path() const override { return id; }
   std::string describe() const override {
     std::ostringstream o;
     o << "team_size=" << this->problem_.backend.team_size << " query_tile=" << fitted_.tiles.query_tile
@@ -117,7 +118,8 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
 
   DecompressedBlockedPath(const ExecSpace&, const PrefillProblem& p)
       : Base(p), choice_(flash_choice<ExecSpace, Scalar>(p.shape, p.backend)) {}
-  Path path() const override { return Path::DecompressedBlocked; }
+  static constexpr Path id = Path::DecompressedBlocked;
+  Path path() const override { return id; }
   std::string describe() const override {
     std::ostringstream o;
     o << "team_size=" << choice_.grid.team_threads << " query_tile=" << choice_.tiles.query_tile

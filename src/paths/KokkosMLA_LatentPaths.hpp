@@ -68,7 +68,8 @@ class FusedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::Fuse
   static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Fused; }
 
   FusedPath(const ExecSpace&, const PrefillProblem& p) : Base(p) {}
-  Path path() const override { return Path::Fused; }
+  static constexpr Path id = Path::Fused;
+  Path path() const override { return id; }
   Algorithm algorithm() const override { return Algorithm::Fused; }
   std::size_t workspace_bytes() const override { return 0; }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
@@ -90,7 +91,8 @@ class AbsorbedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::A
         workspace_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
             "KokkosMLA::Plan::workspace",
             p.shape.batch * p.shape.queries * p.shape.heads * p.shape.latent_dim)) {}  // qa, then oa
-  Path path() const override { return Path::Absorbed; }
+  static constexpr Path id = Path::Absorbed;
+  Path path() const override { return id; }
   Algorithm algorithm() const override { return Algorithm::Absorbed; }
   std::size_t workspace_bytes() const override { return workspace_.span() * sizeof(Scalar); }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {

@@ -19,7 +19,8 @@ using PrefillPaths = PathList<FlashTensorSm80Path, WidenedPrefillPath, Decompres
                               DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-using CachePaths = PathList<DecodeTensorSm80Path, WidenedCachePath, CacheRegistersPath, CacheLatentPath>;
+using CachePaths =
+    PathList<DecodeTensorSm80Path, WidenedCachePath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA

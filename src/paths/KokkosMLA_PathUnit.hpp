@@ -88,7 +88,7 @@ inline std::int64_t kv_elements(const Shape& s) { return s.batch * s.keys * s.he
 template <class Unit, class Problem, class F>
 bool visit_if_applicable(const Problem& p, F& f) {
   if constexpr (Unit::available) {
-    if (Unit::applicable(p)) {
+    if ((!p.options.path || *p.options.path == Unit::id) && Unit::applicable(p)) {
       f(static_cast<Unit*>(nullptr));
       return true;
     }
@@ -97,7 +97,8 @@ bool visit_if_applicable(const Problem& p, F& f) {
   return false;
 }
 
-/// An ordered list of path units, fastest first.
+/// An ordered list of path units, fastest first; Options::path, when set,
+/// keeps only the units of that path.
 template <template <class, class> class... Units>
 struct PathList {
   /// Calls f with a null pointer to the first unit that takes p.
@@ -105,7 +106,12 @@ struct PathList {
   static void first(const Problem& p, F&& f) {
     bool found = false;
     ((found = found || visit_if_applicable<Units<Scalar, ExecSpace>>(p, f)), ...);
-    if (!found) throw std::logic_error("KokkosMLA: no execution path takes this problem");
+    if (found) return;
+    if (p.options.path)
+      throw std::invalid_argument("KokkosMLA: Options::path = " + to_string(*p.options.path) +
+                                  ": that path is not built for this scalar type and backend, or does not "
+                                  "take this problem");
+    throw std::logic_error("KokkosMLA: no execution path takes this problem");
   }
 
   /// The first unit that takes p, planned.

@@ -20,10 +20,12 @@ struct WidenedPlan {
   std::string describe() const { return "widened to float " + plan.describe(); }
 };
 
-/// The float plan's options: it neither logs nor re-checks what the 16-bit plan checked.
+/// The float plan's options: it neither logs nor re-checks what the 16-bit
+/// plan checked, and takes whichever float path fits.
 inline Options inner_options(Options opt) {
   opt.verbose = false;
   opt.check_cache_indices = false;
+  opt.path.reset();
   return opt;
 }
 
@@ -47,7 +49,8 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
                      2 * p.shape.batch * p.shape.queries * p.shape.heads * p.shape.head_dim +
                          p.shape.batch * p.shape.keys * p.shape.latent_dim +
                          2 * p.shape.latent_dim * p.shape.heads * p.shape.head_dim)} {}
-  Path path() const override { return Path::Widened; }
+  static constexpr Path id = Path::Widened;
+  Path path() const override { return id; }
   Algorithm algorithm() const override { return widened_.plan.algorithm(); }
   std::string describe() const override { return widened_.describe(); }
   std::size_t workspace_bytes() const override { return widened_.workspace_bytes(); }
@@ -113,7 +116,8 @@ class WidenedCachePath final : public PlannedCache<Scalar, ExecSpace> {
                 p.shape.batch * p.shape.queries * p.shape.heads * (2 * p.shape.head_dim + p.shape.rope_dim) +
                     p.shape.batch * p.shape.capacity * (p.shape.latent_dim + p.shape.rope_dim) +
                     2 * p.shape.latent_dim * p.shape.heads * p.shape.head_dim)} {}
-  Path path() const override { return Path::Widened; }
+  static constexpr Path id = Path::Widened;
+  Path path() const override { return id; }
   int splits() const override { return widened_.plan.splits(); }
   std::string describe() const override { return widened_.describe(); }
   std::size_t workspace_bytes() const override { return widened_.workspace_bytes(); }
