@@ -316,13 +316,16 @@ int expect_cases_match_reference(const std::vector<CacheCase>& cases, std::initi
         opt.causal = causal;
         opt.kv_splits = splits;
         CachePlan<T> plan(Space(), cache_shape(a), opt);
-        // Hosts run the register kernel for R <= 4; GPUs the blocked one.
+        // Hosts run the register kernel for R <= 4; GPUs the blocked one in
+        // float where its tiles fit even 48 KB (R + Dr <= 32), or the register one.
         if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
           if (c.latent_dim <= 4) {
             EXPECT_EQ(plan.path(), Path::CacheRegisters) << plan.describe();
           }
-        } else {
+        } else if (std::is_same<T, float>::value && c.latent_dim + c.rope_dim <= 32) {
           EXPECT_EQ(plan.path(), Path::CacheBlocked) << plan.describe();
+        } else {
+          EXPECT_TRUE(plan.path() == Path::CacheBlocked || plan.path() == Path::CacheRegisters) << plan.describe();
         }
         plan.execute(Space(), a);
         idle += expect_matches_reference(l, a, opt);
@@ -412,8 +415,9 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
       }
   EXPECT_EQ(ran[Path::CacheLatent], int(2 * cases().size()));  // the last path takes everything
   EXPECT_GT(ran[Path::CacheRegisters], 0);
-  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
-    EXPECT_EQ(ran[Path::CacheBlocked], int(2 * cases().size()));
+  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible &&
+      std::is_same<T, float>::value) {
+    EXPECT_GT(ran[Path::CacheBlocked], 0);
   }
 }
 

@@ -8,32 +8,55 @@
 // of its keys, and stages whole rows [latent, RoPE key] of 32 keys at a time,
 // R + Dr <= 576 wide: one staged tile serves all 16 rows.
 //
-// Both products are register-blocked outer products over transposed tiles in
-// scratch (column d of the rows is a contiguous run of 16 queries or 32 keys):
+// Both products are register-blocked over row-major tiles in scratch:
 //   scores  S = [qa, scale q_rope] [latent, k_rope]^T: warp w sums the columns
 //           of its eighth of the width (a split contraction: 16 x 32 scores
-//           are too few for 256 threads' 4 x 4 blocks), each lane a 4 x 4
-//           block of rows and keys, 2 quad loads per 16 FMAs; the 8 partial
-//           sums meet in scratch;
+//           are too few for 256 threads' 4 x 4 blocks), lane (rb, kb) rows
+//           rb + 4i and keys kb + 8j, 8 quad loads per 64 FMAs; the 8
+//           partial sums meet in scratch;
 //   softmax 16 threads per row, 2 keys each: the partial sums, the causal
 //           mask, the row's tile max through scratch, exp, P into scratch;
 //   P V     thread (tr, tc) keeps rows tr + 2m (m < 8) of output columns
-//           tc + 128 g (g < 4) in registers: per 4 keys, 8 quads of P (the
-//           same for the whole warp) and 4 quads of V for 128 FMAs.
-// The next tile's rows are loaded into registers (18 quads per thread) while
-// this one is computed and stored transposed after it: one team per
-// multiprocessor keeps both the copy engine and the FMA units busy.
+//           4 tc .. 4 tc + 3 in registers: per 4 keys, 8 quads of P (the same
+//           for the whole warp) and 4 quads of V for 128 FMAs.
+// Key tiles are double-buffered: eight threads per key copy 128 contiguous
+// bytes at a time, asynchronously on GPUs with cp.async (compute capability
+// 8.0+, rows of whole aligned quads), so the next tile arrives while this one
+// is computed; elsewhere the copy is synchronous.
 //
-// Scratch: (R + Dr) x (16 + 4) queries, (R + Dr) x (32 + 4) keys (padding
-// keeps transposed stores and quad loads free of bank conflicts), the
-// partial scores, P and the row maxima: 148 KiB for DeepSeek's 576-wide rows
-// in float. Attend writes the normalised oa over qa; Split each part's oa and lse.
+// Scratch: 16 query rows and two tiles of 32 keys, R + Dr wide (rows padded
+// so that quad loads from 8 rows hit distinct banks), the partial scores, P
+// and the row maxima: 205 KiB for DeepSeek's 576-wide rows in float, which
+// takes a Kokkos with the large-scratch opt-in. Attend writes the normalised
+// oa over qa; Split each part's oa and lse.
 
 #include "KokkosMLA_FlashBlockedKernel.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
+#include "KokkosMLA_TensorOps.hpp"
 
 namespace KokkosMLA {
 namespace Impl {
+
+/// Copies a quad from global memory to team scratch: asynchronously where
+/// the GPU has cp.async (completed by wait_quad_copies), at once elsewhere.
+template <class T>
+KOKKOS_INLINE_FUNCTION void copy_quad(T* to, const T* from) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  static_assert(sizeof(Quad<T>) % 16 == 0, "16-byte pieces");
+  for (std::size_t piece = 0; piece < sizeof(Quad<T>); piece += 16)
+    copy_async<CopyVia::L1>(reinterpret_cast<char*>(to) + piece, reinterpret_cast<const char*>(from) + piece, true);
+#else
+  store_quad(to, load_quad(from));
+#endif
+}
+
+/// Waits for this thread's copy_quad copies (a barrier makes them the team's).
+KOKKOS_INLINE_FUNCTION void wait_quad_copies() {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  commit_copies();
+  wait_copies<0>();
+#endif
+}
 
 template <class ExecSpace, class T, LatentStep Step>
 struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
@@ -45,48 +68,51 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   using typename Base::Member;
 
   static constexpr int kThreads = 256;
-  static constexpr int kRows = 16;         ///< query rows per team
-  static constexpr int kKeys = 32;         ///< keys per tile
-  static constexpr int kMaxRank = 512;     ///< output columns the threads cover
-  static constexpr int kMaxWidth = 576;    ///< R + Dr the prefetch registers cover
-  static constexpr int kWarps = kThreads / 32;
-  static constexpr int kGroups = kWarps;  ///< contraction groups of the scores, one warp each
-  static constexpr int kKeyBlocks = kKeys / 4;
-  static constexpr int kColumnThreads = 128;                  ///< threads across the output columns
+  static constexpr int kRows = 16;       ///< query rows per team
+  static constexpr int kKeys = 32;       ///< keys per tile
+  static constexpr int kMaxRank = 512;   ///< output columns the threads cover
+  static constexpr int kMaxWidth = 576;  ///< R + Dr of DeepSeek; wider rows would outgrow the scratch
+  static constexpr int kGroups = kThreads / 32;  ///< contraction groups of the scores, one warp each
+  static constexpr int kRowBlocks = 4, kKeyBlocks = 8;  ///< a warp's lanes over rows and keys
+  static constexpr int kColumnThreads = kMaxRank / 4;   ///< threads across the output columns, a quad each
   static constexpr int kRowSets = kThreads / kColumnThreads;  ///< 2: rows tr, tr + 2, ...
   static constexpr int kOutRows = kRows / kRowSets;           ///< 8 rows per thread
-  static constexpr int kOutColumns = kMaxRank / kColumnThreads;
-  static constexpr int kRowThreads = kThreads / kRows;  ///< softmax threads per row
-  static constexpr int kQuadsPerWarp = kMaxWidth / 4 / kWarps;
-  static constexpr int kLdQ = kRows + 4, kLdK = kKeys + 4;
-  static_assert(kGroups * (kRows / 4) * kKeyBlocks == kThreads, "one 4 x 4 score block per lane and group");
+  static constexpr int kRowThreads = kThreads / kRows;        ///< softmax threads per row
+  static constexpr int kCopiers = kThreads / kKeys;           ///< threads copying one key row
+  static constexpr int kLdP = kKeys + 4;        ///< P rows (+4: rows start in distinct banks)
+  static constexpr int kLdPartial = kKeys + 8;  ///< partial rows: lanes (rb, kb) store to distinct banks
+  static_assert(kRowBlocks * kKeyBlocks == 32 && 4 * kRowBlocks == kRows && 4 * kKeyBlocks == kKeys,
+                "a lane's 4 x 4 scores of a warp's 16 x 32");
   static_assert(2 * kRowThreads == kKeys, "two keys per softmax thread");
-  static_assert(kQuadsPerWarp * 4 * kWarps == kMaxWidth, "a tile is one key per lane, quads split by warp");
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
 
   DecodeBlockedKernel() = default;
   explicit DecodeBlockedKernel(const Base& b) : Base(b) {}
 
-  /// Whether R and Dr fit the team's columns and prefetch registers.
+  /// Whether R and Dr fit the team's columns.
   static bool fits(std::int64_t rank, std::int64_t rope_dim) {
     return rank <= kMaxRank && rank + rope_dim <= kMaxWidth;
   }
 
   KOKKOS_INLINE_FUNCTION int quads() const { return int((this->rank + this->rope_dim + 3) / 4); }
+  /// Row stride of the query and key tiles: whole quads, then 4 mod 32
+  /// elements, so that quads of 8 consecutive rows fall in distinct banks.
+  KOKKOS_INLINE_FUNCTION static int row_ld(int quads) { return (4 * quads + 31) / 32 * 32 + 4; }
 
   /// Element offsets of the scratch arrays (each a whole number of quads).
   struct Layout {
+    int ld;
     std::size_t q, k, partial, p, red, tile_max, total;
   };
   KOKKOS_INLINE_FUNCTION static Layout layout(int quads) {
-    const std::size_t width = 4 * std::size_t(quads);
     Layout l;
+    l.ld = row_ld(quads);
     l.q = 0;
-    l.k = l.q + width * kLdQ;
-    l.partial = l.k + width * kLdK;
-    l.p = l.partial + std::size_t(kGroups) * kRows * kKeys;
-    l.red = l.p + std::size_t(kRows) * kLdK;
+    l.k = l.q + std::size_t(kRows) * l.ld;
+    l.partial = l.k + 2 * std::size_t(kKeys) * l.ld;
+    l.p = l.partial + std::size_t(kGroups) * kRows * kLdPartial;
+    l.red = l.p + std::size_t(kRows) * kLdP;
     l.tile_max = l.red + std::size_t(kRows) * kRowThreads;
     l.total = l.tile_max + kRows;
     return l;
@@ -95,11 +121,9 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   static std::size_t scratch_bytes_for(std::int64_t rank, std::int64_t rope_dim) {
     return layout(int((rank + rope_dim + 3) / 4)).total * sizeof(T) + kAlignment;
   }
-  std::size_t scratch_bytes(const LatentTiles&) const {
-    return scratch_bytes_for(this->rank, this->rope_dim);
-  }
+  std::size_t scratch_bytes(const LatentTiles&) const { return scratch_bytes_for(this->rank, this->rope_dim); }
 
-  /// Whether cache rows can be read as quads: both parts whole quads at quad-aligned addresses.
+  /// Whether cache rows can be copied as quads: both parts whole quads at quad-aligned addresses.
   bool quad_rows() const {
     auto aligned = [](const T* p, std::int64_t ld) {
       return ld % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % sizeof(Quad<T>) == 0;
@@ -107,101 +131,94 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     return this->rank % 4 == 0 && this->rope_dim % 4 == 0 && aligned(this->cache.latent, this->cache.latent_ld) &&
            (this->rope_dim == 0 || aligned(this->cache.rope, this->cache.rope_ld));
   }
-  bool quad_cache = false;  ///< set by the plan from quad_rows() per call
+  bool quad_cache = false;  ///< set from quad_rows() for each call
 
-  /// Quad q of cache row `row`: latent columns, then RoPE columns, zeros past R + Dr.
-  KOKKOS_INLINE_FUNCTION Quad<T> cache_quad(std::int64_t row, int q) const {
-    const int d = 4 * q, r = int(this->rank);
+  /// Starts copying keys s0 .. s0 + n - 1 of sequence b into a tile (zeros
+  /// for keys from n on): thread `rank` copies key rank / 8, quads rank % 8 + 8u.
+  KOKKOS_INLINE_FUNCTION void stage_tile(std::int64_t b, std::int64_t s0, int n, int rank, int ld, T* tile) const {
+    const int key = rank / kCopiers, nq = quads(), r = int(this->rank), w = r + int(this->rope_dim);
+    T* const to = tile + key * ld;
+    if (key >= n) {
+      for (int q = rank % kCopiers; q < nq; q += kCopiers) store_quad(to + 4 * q, Quad<T>{});
+      return;
+    }
     const auto& c = this->cache;
-    if (quad_cache) return d < r ? load_quad(c.latent + row * c.latent_ld + d) : load_quad(c.rope + row * c.rope_ld + d - r);
-    Quad<T> x;
-    for (int e = 0; e < 4; ++e) {
-      const int j = d + e;
-      x.v[e] = j < r ? c.latent[row * c.latent_ld + j]
-               : j < r + this->rope_dim ? c.rope[row * c.rope_ld + j - r]
-                                        : T(0);
+    const std::int64_t row = c.row(b, s0 + key);
+    const T* const latent = c.latent + row * c.latent_ld;
+    const T* const rope = c.rope + row * c.rope_ld;
+    if (quad_cache) {
+      for (int q = rank % kCopiers; q < nq; q += kCopiers)
+        copy_quad(to + 4 * q, 4 * q < r ? latent + 4 * q : rope + 4 * q - r);
+      return;
     }
-    return x;
-  }
-
-  /// Loads keys s0 .. s0 + n - 1 of sequence b into registers: lane l takes
-  /// key l, warp w quads w * kQuadsPerWarp .. (zeros past n and R + Dr).
-  KOKKOS_INLINE_FUNCTION void load_tile(std::int64_t b, std::int64_t s0, int n, int rank,
-                                        Quad<T> (&x)[kQuadsPerWarp]) const {
-    const int key = rank % 32, q0 = (rank / 32) * kQuadsPerWarp, nq = quads();
-    const std::int64_t row = key < n ? this->cache.row(b, s0 + key) : 0;
-    KOKKOSMLA_UNROLL
-    for (int u = 0; u < kQuadsPerWarp; ++u) {
-      if (key < n && q0 + u < nq) {
-        x[u] = cache_quad(row, q0 + u);
-      } else {
-        for (int e = 0; e < 4; ++e) x[u].v[e] = T(0);
+    for (int q = rank % kCopiers; q < nq; q += kCopiers)
+      for (int e = 0; e < 4; ++e) {
+        const int d = 4 * q + e;
+        to[d] = d < r ? latent[d] : d < w ? rope[d - r] : T(0);
       }
-    }
   }
 
-  /// Stores loaded keys transposed: column d of the tile is kt[d * kLdK + key].
-  KOKKOS_INLINE_FUNCTION void store_tile(const Quad<T> (&x)[kQuadsPerWarp], int rank, T* kt) const {
-    const int key = rank % 32, q0 = (rank / 32) * kQuadsPerWarp, nq = quads();
-    KOKKOSMLA_UNROLL
-    for (int u = 0; u < kQuadsPerWarp; ++u) {
-      if (q0 + u < nq) {
-        for (int e = 0; e < 4; ++e) kt[(4 * (q0 + u) + e) * kLdK + key] = x[u].v[e];
-      }
-    }
-  }
-
-  /// qt[d * kLdQ + i] = row i of [qa, scale q_rope], zeros past the block's rows and R + Dr.
-  KOKKOS_INLINE_FUNCTION void stage_queries(const Member& team, const Block& k, T* qt) const {
+  /// Row i of [qa, scale q_rope] into qs, zeros past the block's rows and R + Dr.
+  KOKKOS_INLINE_FUNCTION void stage_queries(const Member& team, const Block& k, int ld, T* qs) const {
     const int rows = k.rows(), r = int(this->rank), w = r + int(this->rope_dim), width = 4 * quads();
     for (int e = team.team_rank(); e < kRows * width; e += team.team_size()) {
-      const int i = e % kRows, d = e / kRows;
+      const int i = e / width, d = e % width;
       T x = T(0);
       if (i < rows && d < w) {
         const std::int64_t at = this->row_index(k, i);
         x = d < r ? this->workspace[at * r + d] : this->scale * this->q_rope[at * this->rope_dim + d - r];
       }
-      qt[d * kLdQ + i] = x;
+      qs[i * ld + d] = x;
     }
   }
 
   /// Warp `group`'s partial scores over its share of the width: lane (rb, kb)
-  /// sums rows 4 rb .. + 3 against keys 4 kb .. + 3, written to partial[group][row][key].
-  KOKKOS_INLINE_FUNCTION void partial_scores(const T* qt, const T* kt, int rank, T* partial) const {
+  /// sums rows rb + 4i against keys kb + 8j, into partial[group][row][key].
+  KOKKOS_INLINE_FUNCTION void partial_scores(const T* qs, const T* ks, int ld, int rank, T* partial) const {
     const int group = rank / 32, lane = rank % 32, rb = lane / kKeyBlocks, kb = lane % kKeyBlocks;
     const int nq = quads(), span = (nq + kGroups - 1) / kGroups;
-    const int d0 = 4 * min_of(nq, group * span), d1 = 4 * min_of(nq, (group + 1) * span);
+    const int q0 = min_of(nq, group * span), q1 = min_of(nq, (group + 1) * span);
     T s[4][4] = {};
-    for (int d = d0; d < d1; ++d) {
-      const Quad<T> a = load_quad(qt + d * kLdQ + 4 * rb), b = load_quad(kt + d * kLdK + 4 * kb);
+    for (int q = q0; q < q1; ++q) {
+      Quad<T> a[4], b[4];
       KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) {
+      for (int i = 0; i < 4; ++i) a[i] = load_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j) b[j] = load_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
+      KOKKOSMLA_UNROLL
+      for (int e = 0; e < 4; ++e) {
         KOKKOSMLA_UNROLL
-        for (int j = 0; j < 4; ++j) s[i][j] += a.v[i] * b.v[j];
+        for (int i = 0; i < 4; ++i) {
+          KOKKOSMLA_UNROLL
+          for (int j = 0; j < 4; ++j) s[i][j] += a[i].v[e] * b[j].v[e];
+        }
       }
     }
     KOKKOSMLA_UNROLL
-    for (int i = 0; i < 4; ++i)
-      store_quad(partial + (group * kRows + 4 * rb + i) * kKeys + 4 * kb, Quad<T>{{s[i][0], s[i][1], s[i][2], s[i][3]}});
+    for (int i = 0; i < 4; ++i) {
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j)
+        partial[(group * kRows + rb + kRowBlocks * i) * kLdPartial + kb + kKeyBlocks * j] = s[i][j];
+    }
   }
 
-  /// o[m][g] += P(row tr + 2m, :) V(:, column tc + 128 g), V being the latent
-  /// columns of the transposed tile; P is zero past the tile's keys.
-  KOKKOS_INLINE_FUNCTION void accumulate(const T* p, const T* kt, int tr, int tc,
-                                         T (&o)[kOutRows][kOutColumns]) const {
-    const int r = int(this->rank);
+  /// o[m] += P(row tr + 2m, :) V(:, 4 tc .. 4 tc + 3), V being the tile's
+  /// first R columns; P is zero past the tile's keys.
+  KOKKOS_INLINE_FUNCTION static void accumulate(const T* p, const T* ks, int ld, int tr, int tc,
+                                                Quad<T> (&o)[kOutRows]) {
+    KOKKOSMLA_UNROLL
     for (int j = 0; j < kKeys; j += 4) {
       Quad<T> pm[kOutRows];
       KOKKOSMLA_UNROLL
-      for (int m = 0; m < kOutRows; ++m) pm[m] = load_quad(p + (tr + kRowSets * m) * kLdK + j);
+      for (int m = 0; m < kOutRows; ++m) pm[m] = load_quad(p + (tr + kRowSets * m) * kLdP + j);
       KOKKOSMLA_UNROLL
-      for (int g = 0; g < kOutColumns; ++g) {
-        const int c = tc + kColumnThreads * g;
-        if (c >= r) break;
-        const Quad<T> v = load_quad(kt + c * kLdK + j);
+      for (int jj = 0; jj < 4; ++jj) {
+        const Quad<T> v = load_quad(ks + (j + jj) * ld + 4 * tc);
         KOKKOSMLA_UNROLL
-        for (int m = 0; m < kOutRows; ++m)
-          o[m][g] += pm[m].v[0] * v.v[0] + pm[m].v[1] * v.v[1] + pm[m].v[2] * v.v[2] + pm[m].v[3] * v.v[3];
+        for (int m = 0; m < kOutRows; ++m) {
+          KOKKOSMLA_UNROLL
+          for (int e = 0; e < 4; ++e) o[m].v[e] += pm[m].v[jj] * v.v[e];
+        }
       }
     }
   }
@@ -211,39 +228,36 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const Layout l = layout(quads());
     T* const base = static_cast<T*>(team.team_scratch(this->scratch_level)
                                         .get_shmem_aligned(l.total * sizeof(T), std::ptrdiff_t(kAlignment)));
-    T* const qt = base + l.q;
-    T* const kt = base + l.k;
+    T* const qs = base + l.q;
     T* const partial = base + l.partial;
     T* const p = base + l.p;
     T* const red = base + l.red;
     T* const tile_max = base + l.tile_max;
-    const int rank = team.team_rank(), rows = k.rows();
+    const int rank = team.team_rank(), rows = k.rows(), ld = l.ld;
 
-    // Softmax role: row si, keys 2 sc and 2 sc + 1 of each tile; running max
-    // and this thread's share of the row's sum.
+    // Softmax role: row si, keys 2 sc and 2 sc + 1 of each tile; the running
+    // max and this thread's share of the row's sum.
     const int si = rank / kRowThreads, sc = rank % kRowThreads;
     const std::int64_t last = si < rows ? this->last_key(k, si) : -1;  // a row past the block sees nothing
     T row_max = negative_infinity<T>(), row_sum = T(0);
-    // Output role: rows tr + 2m, columns tc + 128 g.
+    // Output role: rows tr + 2m, columns 4 tc .. 4 tc + 3.
     const int tr = rank / kColumnThreads, tc = rank % kColumnThreads;
-    T o[kOutRows][kOutColumns] = {};
+    Quad<T> o[kOutRows] = {};
     T out_max[kOutRows];
     for (int m = 0; m < kOutRows; ++m) out_max[m] = negative_infinity<T>();
 
-    stage_queries(team, k, qt);
+    stage_queries(team, k, ld, qs);
     const KeyRange range = this->key_range(k);
-    Quad<T> next[kQuadsPerWarp];
-    if (range.begin < range.end) {
-      load_tile(k.b, range.begin, int(min_of<std::int64_t>(kKeys, range.end - range.begin)), rank, next);
-      store_tile(next, rank, kt);
-    }
-    team.team_barrier();
+    auto tile = [&](std::int64_t s0) { return base + l.k + ((s0 - range.begin) / kKeys % 2) * kKeys * ld; };
+    auto keys_from = [&](std::int64_t s0) { return int(min_of<std::int64_t>(kKeys, range.end - s0)); };
+    if (range.begin < range.end) stage_tile(k.b, range.begin, keys_from(range.begin), rank, ld, tile(range.begin));
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += kKeys) {
-      const std::int64_t s1 = s0 + kKeys;
-      const bool more = s1 < range.end;
-      if (more) load_tile(k.b, s1, int(min_of<std::int64_t>(kKeys, range.end - s1)), rank, next);
+      wait_quad_copies();
+      team.team_barrier();  // this tile (and the queries) landed; every thread is done with the previous one
+      const T* const ks = tile(s0);
+      if (s0 + kKeys < range.end) stage_tile(k.b, s0 + kKeys, keys_from(s0 + kKeys), rank, ld, tile(s0 + kKeys));
 
-      partial_scores(qt, kt, rank, partial);
+      partial_scores(qs, ks, ld, rank, partial);
       team.team_barrier();
 
       T s[2];
@@ -251,7 +265,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       for (int j = 0; j < 2; ++j) {
         const int key = 2 * sc + j;
         T x = T(0);
-        for (int g = 0; g < kGroups; ++g) x += partial[(g * kRows + si) * kKeys + key];
+        for (int g = 0; g < kGroups; ++g) x += partial[(g * kRows + si) * kLdPartial + key];
         s[j] = s0 + key <= last && s0 + key < range.end ? x : negative_infinity<T>();
         local_max = running_max(local_max, s[j]);
       }
@@ -263,7 +277,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       T sum = T(0);
       for (int j = 0; j < 2; ++j) {
         const T x = s[j] == negative_infinity<T>() ? T(0) : Impl::exp(s[j] - new_max);
-        p[si * kLdK + 2 * sc + j] = x;
+        p[si * kLdP + 2 * sc + j] = x;
         sum += x;
       }
       row_sum = row_sum * softmax_rescale(row_max, new_max) + sum;
@@ -275,17 +289,12 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
         const T now = tile_max[tr + kRowSets * m];
         const T rescale = softmax_rescale(out_max[m], now);
         out_max[m] = now;
-        for (int g = 0; g < kOutColumns; ++g) o[m][g] *= rescale;
+        for (int e = 0; e < 4; ++e) o[m].v[e] *= rescale;
       }
-      accumulate(p, kt, tr, tc, o);
-      team.team_barrier();  // every thread is done with this tile, P and the maxima
-      if (more) {
-        store_tile(next, rank, kt);
-        team.team_barrier();
-      }
+      accumulate(p, ks, ld, tr, tc, o);
     }
 
-    red[si * kRowThreads + sc] = row_sum;
+    red[si * kRowThreads + sc] = row_sum;  // its last readers passed the loop's last barrier
     team.team_barrier();
     finish(k, red, tr, tc, out_max, o);
   }
@@ -293,7 +302,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   /// Writes the normalised oa of this thread's rows and columns, and each
   /// row's lse (the part's, -inf for no key, in a split step; as reported otherwise).
   KOKKOS_INLINE_FUNCTION void finish(const Block& k, const T* sums, int tr, int tc, const T (&out_max)[kOutRows],
-                                     const T (&o)[kOutRows][kOutColumns]) const {
+                                     const Quad<T> (&o)[kOutRows]) const {
     const int rows = k.rows(), r = int(this->rank);
     T* const result = Step == LatentStep::Split ? this->part_oa(k.part) : this->workspace;
     for (int m = 0; m < kOutRows; ++m) {
@@ -302,10 +311,8 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       T sum = T(0);
       for (int c = 0; c < kRowThreads; ++c) sum += sums[i * kRowThreads + c];
       const std::int64_t at = this->row_index(k, i);
-      for (int g = 0; g < kOutColumns; ++g) {
-        const int c = tc + kColumnThreads * g;
-        if (c < r) result[at * r + c] = normalized(o[m][g], sum);
-      }
+      for (int e = 0; e < 4; ++e)
+        if (4 * tc + e < r) result[at * r + 4 * tc + e] = normalized(o[m].v[e], sum);
       if (tc == 0) {
         const T lse_i = softmax_lse(out_max[m], sum);
         if (Step == LatentStep::Split)
