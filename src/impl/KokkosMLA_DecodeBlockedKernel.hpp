@@ -15,7 +15,8 @@
 //           rb + 4i and keys kb + 8j, 8 quad loads per 64 FMAs; the 8
 //           partial sums meet in scratch;
 //   softmax 16 threads per row, 2 keys each: the partial sums, the causal
-//           mask, the row's tile max through scratch, exp, P into scratch;
+//           mask, the row's tile max through scratch, exp, P and the rows'
+//           rescale factors into scratch;
 //   P V     thread (tr, tc) keeps rows tr + 2m (m < 8) of output columns
 //           4 tc .. 4 tc + 3 in registers: per 4 keys, 8 quads of P (the same
 //           for the whole warp) and 4 quads of V for 128 FMAs.
@@ -103,7 +104,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   /// Element offsets of the scratch arrays (each a whole number of quads).
   struct Layout {
     int ld;
-    std::size_t q, k, partial, p, red, tile_max, total;
+    std::size_t q, k, partial, p, red, rescale, total;
   };
   KOKKOS_INLINE_FUNCTION static Layout layout(int quads) {
     Layout l;
@@ -113,8 +114,8 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     l.partial = l.k + 2 * std::size_t(kKeys) * l.ld;
     l.p = l.partial + std::size_t(kGroups) * kRows * kLdPartial;
     l.red = l.p + std::size_t(kRows) * kLdP;
-    l.tile_max = l.red + std::size_t(kRows) * kRowThreads;
-    l.total = l.tile_max + kRows;
+    l.rescale = l.red + std::size_t(kRows) * kRowThreads;
+    l.total = l.rescale + kRows;
     return l;
   }
   static constexpr std::size_t kAlignment = sizeof(Quad<T>);
@@ -232,7 +233,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     T* const partial = base + l.partial;
     T* const p = base + l.p;
     T* const red = base + l.red;
-    T* const tile_max = base + l.tile_max;
+    T* const rescale = base + l.rescale;
     const int rank = team.team_rank(), rows = k.rows(), ld = l.ld;
 
     // Softmax role: row si, keys 2 sc and 2 sc + 1 of each tile; the running
@@ -240,11 +241,10 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const int si = rank / kRowThreads, sc = rank % kRowThreads;
     const std::int64_t last = si < rows ? this->last_key(k, si) : -1;  // a row past the block sees nothing
     T row_max = negative_infinity<T>(), row_sum = T(0);
-    // Output role: rows tr + 2m, columns 4 tc .. 4 tc + 3.
+    // Output role: rows tr + 2m, columns 4 tc .. 4 tc + 3 (none past R).
     const int tr = rank / kColumnThreads, tc = rank % kColumnThreads;
+    const bool outputs = 4 * tc < this->rank;
     Quad<T> o[kOutRows] = {};
-    T out_max[kOutRows];
-    for (int m = 0; m < kOutRows; ++m) out_max[m] = negative_infinity<T>();
 
     stage_queries(team, k, ld, qs);
     const KeyRange range = this->key_range(k);
@@ -280,41 +280,50 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
         p[si * kLdP + 2 * sc + j] = x;
         sum += x;
       }
-      row_sum = row_sum * softmax_rescale(row_max, new_max) + sum;
+      const T factor = softmax_rescale(row_max, new_max);
+      row_sum = row_sum * factor + sum;
       row_max = new_max;
-      if (sc == 0) tile_max[si] = new_max;
+      if (sc == 0) rescale[si] = factor;
       team.team_barrier();
 
-      for (int m = 0; m < kOutRows; ++m) {
-        const T now = tile_max[tr + kRowSets * m];
-        const T rescale = softmax_rescale(out_max[m], now);
-        out_max[m] = now;
-        for (int e = 0; e < 4; ++e) o[m].v[e] *= rescale;
+      if (outputs) {
+        for (int m = 0; m < kOutRows; ++m) {
+          const T factor_m = rescale[tr + kRowSets * m];
+          for (int e = 0; e < 4; ++e) o[m].v[e] *= factor_m;
+        }
+        accumulate(p, ks, ld, tr, tc, o);
       }
-      accumulate(p, ks, ld, tr, tc, o);
     }
 
-    red[si * kRowThreads + sc] = row_sum;  // its last readers passed the loop's last barrier
+    // Each row's sum and lse (its last readers of red passed the loop's last barrier).
+    red[si * kRowThreads + sc] = row_sum;
     team.team_barrier();
-    finish(k, red, tr, tc, out_max, o);
+    if (sc == 0) {
+      T sum = T(0);
+      for (int c = 0; c < kRowThreads; ++c) sum += red[si * kRowThreads + c];
+      red[si * kRowThreads] = sum;
+      rescale[si] = softmax_lse(row_max, sum);
+    }
+    team.team_barrier();
+    if (outputs) finish(k, red, rescale, tr, tc, o);
   }
 
   /// Writes the normalised oa of this thread's rows and columns, and each
-  /// row's lse (the part's, -inf for no key, in a split step; as reported otherwise).
-  KOKKOS_INLINE_FUNCTION void finish(const Block& k, const T* sums, int tr, int tc, const T (&out_max)[kOutRows],
+  /// row's lse (the part's, -inf for no key, in a split step; as reported
+  /// otherwise), from the rows' sums (at sums[i * kRowThreads]) and lse.
+  KOKKOS_INLINE_FUNCTION void finish(const Block& k, const T* sums, const T* row_lse, int tr, int tc,
                                      const Quad<T> (&o)[kOutRows]) const {
     const int rows = k.rows(), r = int(this->rank);
     T* const result = Step == LatentStep::Split ? this->part_oa(k.part) : this->workspace;
     for (int m = 0; m < kOutRows; ++m) {
       const int i = tr + kRowSets * m;
       if (i >= rows) break;
-      T sum = T(0);
-      for (int c = 0; c < kRowThreads; ++c) sum += sums[i * kRowThreads + c];
+      const T sum = sums[i * kRowThreads];
       const std::int64_t at = this->row_index(k, i);
       for (int e = 0; e < 4; ++e)
         if (4 * tc + e < r) result[at * r + 4 * tc + e] = normalized(o[m].v[e], sum);
       if (tc == 0) {
-        const T lse_i = softmax_lse(out_max[m], sum);
+        const T lse_i = row_lse[i];
         if (Step == LatentStep::Split)
           this->part_lse(k.part)[at] = lse_i;
         else if (this->lse)
