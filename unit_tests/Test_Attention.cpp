@@ -234,6 +234,7 @@ TEST(FlashBlocked, TeamLayoutsMatchReference) {
       for (bool causal : {true, false}) {
         check_blocked_layout<2, 4, 4, 2>(grid, l[2], s, causal);
         check_blocked_layout<4, 4, 2, 3>(grid, l[2], s, causal);
+        check_blocked_layout<4, 4, 2, 8>(grid, l[2], s, causal);  // the Large variant's
         check_blocked_layout<1, 8, 8, 1>(grid, l[2], s, causal);
       }
   }

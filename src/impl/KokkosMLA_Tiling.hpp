@@ -82,7 +82,7 @@ Fitted<FlashTiles> flash_tiles(const Shape& s, const Backend& be) {
 /// Which flash kernel runs Decompressed's attention: the portable one, the
 /// blocked one with one of its register tiles, or (16-bit types on CUDA) the
 /// tensor-core one.
-enum class FlashVariant { Portable = 0, Narrow, Wide, Tensor };
+enum class FlashVariant { Portable = 0, Narrow, Wide, Large, Tensor };
 
 inline const char* to_string(FlashVariant v) {
   switch (v) {
@@ -90,6 +90,8 @@ inline const char* to_string(FlashVariant v) {
       return "blocked-narrow";
     case FlashVariant::Wide:
       return "blocked-wide";
+    case FlashVariant::Large:
+      return "blocked-large";
     case FlashVariant::Tensor:
       return "tensor-core";
     default:
@@ -99,10 +101,14 @@ inline const char* to_string(FlashVariant v) {
 
 /// Register tiles of the blocked kernel (MR query rows, NR keys, G output quads
 /// per thread; TC threads per row; U quads per staging batch, a K or V tile's
-/// share of a thread). The GPU tiles suit 128-thread teams and
-/// 40 KB of scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32
-/// D <= 128 a 32 x 32 one, both with 32 output accumulators per thread, and
-/// registers capped so that 4 teams share an SM (as many as scratch allows).
+/// share of a thread). Narrow and Wide suit 128-thread teams and 40 KB of
+/// scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32 D <= 128 a
+/// 32 x 32 one, both with 32 output accumulators per thread, and registers
+/// capped so that 4 teams share an SM (as many as scratch allows). Large is
+/// for the large team scratch of a Kokkos with the CUDA opt-in: 256 threads,
+/// a 64 x 64 tile for D <= 128 (92 KB in fp32, two teams per SM), 4 x 4
+/// scores and 4 x 8 outputs per thread: 8 quad loads per 64 FMAs in the
+/// scores and 12 per 128 in P V, against Wide's 6 per 32 and 18 per 128.
 template <FlashVariant V>
 struct FlashBlock;
 template <>
@@ -115,6 +121,22 @@ struct FlashBlock<FlashVariant::Wide> {
   static constexpr int mr = 2, nr = 4, g = 4, tc = 8, u = 8;
   using bounds = Kokkos::LaunchBounds<128, 4>;
 };
+
+template <>
+struct FlashBlock<FlashVariant::Large> {
+  static constexpr int mr = 4, nr = 4, g = 2, tc = 16, u = 8;
+  using bounds = Kokkos::LaunchBounds<256, 2>;
+  static constexpr std::size_t designed_for = kAnyTeamScratch;
+};
+
+/// The scratch each variant's tiles were written for: Large takes what the backend gives.
+template <FlashVariant V>
+constexpr std::size_t flash_designed_for() {
+  if constexpr (V == FlashVariant::Large)
+    return FlashBlock<V>::designed_for;
+  else
+    return kClassicTeamScratch;
+}
 
 template <class ExecSpace, class T, FlashVariant V>
 using FlashBlockedOf = FlashBlockedKernel<ExecSpace, T, FlashBlock<V>::mr, FlashBlock<V>::nr,
@@ -136,10 +158,11 @@ bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   using Kernel = FlashBlockedOf<ExecSpace, T, V>;
   const int tc = FlashBlock<V>::tc;
   const int most = FlashBlock<V>::bounds::maxTperB;  // 0: no bound
-  const int threads = most > 0 && most < be.team_size ? most : be.team_size;
+  const int threads = most > 0 ? most : be.team_size;
   FlashGrid g{threads, threads % tc == 0 ? tc : 1};
   const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
-  const std::size_t budget = be.scratch_budget(demand_of<typename FlashBlock<V>::bounds>(threads));
+  const std::size_t budget =
+      be.scratch_budget(demand_of<typename FlashBlock<V>::bounds>(threads, flash_designed_for<V>()));
   if (!Kernel::covers(g, s.head_dim) || bytes > budget) return false;
   const auto l = Kernel::layout(g, s.head_dim);
   if (2 * s.queries < l.rows) return false;
@@ -147,7 +170,8 @@ bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   return true;
 }
 
-/// On GPUs the first blocked variant that fits, else the portable kernel
+/// On GPUs the first blocked variant that fits (Large where the large team
+/// scratch holds its tile, then Narrow and Wide), else the portable kernel
 /// (whose tiles flash_tiles picks). Hosts keep the portable kernel: a host
 /// tile of the blocked kernel (8 x 16, one thread per team) took 1.13x its
 /// time on one core and 1.41x on two (1851 vs 1631 ms and 1177 vs 832 ms on
@@ -157,7 +181,8 @@ template <class ExecSpace, class T>
 FlashChoice flash_choice(const Shape& s, const Backend& be) {
   FlashChoice c;
   if constexpr (!is_host_space<ExecSpace>()) {
-    if (!try_blocked<ExecSpace, T, FlashVariant::Narrow>(s, be, c))
+    if (!try_blocked<ExecSpace, T, FlashVariant::Large>(s, be, c) &&
+        !try_blocked<ExecSpace, T, FlashVariant::Narrow>(s, be, c))
       try_blocked<ExecSpace, T, FlashVariant::Wide>(s, be, c);
   }
   return c;

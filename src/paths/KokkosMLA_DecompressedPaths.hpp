@@ -129,7 +129,9 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
   }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
     const Scalar* k = this->decompress(exec, c);
-    if (choice_.variant == FlashVariant::Narrow)
+    if (choice_.variant == FlashVariant::Large)
+      launch_variant<FlashVariant::Large>(exec, c, k);
+    else if (choice_.variant == FlashVariant::Narrow)
       launch_variant<FlashVariant::Narrow>(exec, c, k);
     else
       launch_variant<FlashVariant::Wide>(exec, c, k);
