@@ -35,6 +35,8 @@
 #include "KokkosMLA_LatentKernels.hpp"
 #include "KokkosMLA_TensorOps.hpp"
 
+#include <type_traits>
+
 namespace KokkosMLA {
 namespace Impl {
 
@@ -49,6 +51,21 @@ KOKKOS_INLINE_FUNCTION void copy_quad(T* to, const T* from) {
 #else
   store_quad(to, load_quad(from));
 #endif
+}
+
+/// A quad of team scratch: one ld.shared.v4 for float on GPUs with cp.async
+/// (team-scratch pointers reach the compiler as generic ones, whose loads
+/// wait on the long scoreboard), load_quad elsewhere.
+template <class T>
+KOKKOS_INLINE_FUNCTION Quad<T> scratch_quad(const T* p) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  if constexpr (std::is_same<T, float>::value) {
+    Quad<T> x;
+    load_shared(p, x.v);
+    return x;
+  }
+#endif
+  return load_quad(p);
 }
 
 /// Waits for this thread's copy_quad copies (a barrier makes them the team's).
@@ -183,9 +200,9 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     for (int q = q0; q < q1; ++q) {
       Quad<T> a[4], b[4];
       KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) a[i] = load_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
+      for (int i = 0; i < 4; ++i) a[i] = scratch_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
       KOKKOSMLA_UNROLL
-      for (int j = 0; j < 4; ++j) b[j] = load_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
+      for (int j = 0; j < 4; ++j) b[j] = scratch_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e) {
         KOKKOSMLA_UNROLL
@@ -211,10 +228,10 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     for (int j = 0; j < kKeys; j += 4) {
       Quad<T> pm[kOutRows];
       KOKKOSMLA_UNROLL
-      for (int m = 0; m < kOutRows; ++m) pm[m] = load_quad(p + (tr + kRowSets * m) * kLdP + j);
+      for (int m = 0; m < kOutRows; ++m) pm[m] = scratch_quad(p + (tr + kRowSets * m) * kLdP + j);
       KOKKOSMLA_UNROLL
       for (int jj = 0; jj < 4; ++jj) {
-        const Quad<T> v = load_quad(ks + (j + jj) * ld + 4 * tc);
+        const Quad<T> v = scratch_quad(ks + (j + jj) * ld + 4 * tc);
         KOKKOSMLA_UNROLL
         for (int m = 0; m < kOutRows; ++m) {
           KOKKOSMLA_UNROLL
