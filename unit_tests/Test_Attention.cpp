@@ -148,8 +148,8 @@ TYPED_TEST(AttentionTyped, CausalityIsExact) {
 // T >= 32 and D <= 128 on the large team scratch, Narrow, Wide), with query
 // and key counts past whole tiles, against the reference.
 TYPED_TEST(AttentionTyped, DecompressedOnEveryBlockedTileMatchesReference) {
-  for (const Shape& s : {Shape{1, 97, 131, 3, 128, 40}, Shape{2, 64, 64, 2, 72, 16}, Shape{1, 33, 70, 2, 5, 8},
-                         Shape{1, 130, 130, 1, 64, 24}})
+  for (const Shape& s : {Shape{1, 97, 131, 3, 128, 40}, Shape{2, 64, 64, 2, 72, 16},
+                         Shape{1, 33, 70, 2, 5, 8}, Shape{1, 130, 130, 1, 64, 24}})
     for (bool causal : {true, false}) {
       Options opt;
       opt.algorithm = Algorithm::Decompressed;

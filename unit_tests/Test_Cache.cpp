@@ -325,7 +325,8 @@ int expect_cases_match_reference(const std::vector<CacheCase>& cases, std::initi
         } else if (std::is_same<T, float>::value && c.latent_dim + c.rope_dim <= 32) {
           EXPECT_EQ(plan.path(), Path::CacheBlocked) << plan.describe();
         } else {
-          EXPECT_TRUE(plan.path() == Path::CacheBlocked || plan.path() == Path::CacheRegisters) << plan.describe();
+          EXPECT_TRUE(plan.path() == Path::CacheBlocked || plan.path() == Path::CacheRegisters)
+              << plan.describe();
         }
         plan.execute(Space(), a);
         idle += expect_matches_reference(l, a, opt);

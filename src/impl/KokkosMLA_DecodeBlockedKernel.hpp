@@ -47,7 +47,8 @@ KOKKOS_INLINE_FUNCTION void copy_quad(T* to, const T* from) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   static_assert(sizeof(Quad<T>) % 16 == 0, "16-byte pieces");
   for (std::size_t piece = 0; piece < sizeof(Quad<T>); piece += 16)
-    copy_async<CopyVia::L1>(reinterpret_cast<char*>(to) + piece, reinterpret_cast<const char*>(from) + piece, true);
+    copy_async<CopyVia::L1>(reinterpret_cast<char*>(to) + piece, reinterpret_cast<const char*>(from) + piece,
+                            true);
 #else
   store_quad(to, load_quad(from));
 #endif
@@ -86,10 +87,10 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   using typename Base::Member;
 
   static constexpr int kThreads = 256;
-  static constexpr int kRows = 16;       ///< query rows per team
-  static constexpr int kKeys = 32;       ///< keys per tile
-  static constexpr int kMaxRank = 512;   ///< output columns the threads cover
-  static constexpr int kMaxWidth = 576;  ///< R + Dr of DeepSeek; wider rows would outgrow the scratch
+  static constexpr int kRows = 16;               ///< query rows per team
+  static constexpr int kKeys = 32;               ///< keys per tile
+  static constexpr int kMaxRank = 512;           ///< output columns the threads cover
+  static constexpr int kMaxWidth = 576;          ///< R + Dr of DeepSeek; wider rows would outgrow the scratch
   static constexpr int kGroups = kThreads / 32;  ///< contraction groups of the scores, one warp each
   static constexpr int kRowBlocks = 4, kKeyBlocks = 8;  ///< a warp's lanes over rows and keys
   static constexpr int kColumnThreads = kMaxRank / 4;   ///< threads across the output columns, a quad each
@@ -97,7 +98,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   static constexpr int kOutRows = kRows / kRowSets;           ///< 8 rows per thread
   static constexpr int kRowThreads = kThreads / kRows;        ///< softmax threads per row
   static constexpr int kCopiers = kThreads / kKeys;           ///< threads copying one key row
-  static constexpr int kLdP = kKeys + 4;        ///< P rows (+4: rows start in distinct banks)
+  static constexpr int kLdP = kKeys + 4;                      ///< P rows (+4: rows start in distinct banks)
   static constexpr int kLdPartial = kKeys + 8;  ///< partial rows: lanes (rb, kb) store to distinct banks
   static_assert(kRowBlocks * kKeyBlocks == 32 && 4 * kRowBlocks == kRows && 4 * kKeyBlocks == kKeys,
                 "a lane's 4 x 4 scores of a warp's 16 x 32");
@@ -139,21 +140,25 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   static std::size_t scratch_bytes_for(std::int64_t rank, std::int64_t rope_dim) {
     return layout(int((rank + rope_dim + 3) / 4)).total * sizeof(T) + kAlignment;
   }
-  std::size_t scratch_bytes(const LatentTiles&) const { return scratch_bytes_for(this->rank, this->rope_dim); }
+  std::size_t scratch_bytes(const LatentTiles&) const {
+    return scratch_bytes_for(this->rank, this->rope_dim);
+  }
 
   /// Whether cache rows can be copied as quads: both parts whole quads at quad-aligned addresses.
   bool quad_rows() const {
     auto aligned = [](const T* p, std::int64_t ld) {
       return ld % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % sizeof(Quad<T>) == 0;
     };
-    return this->rank % 4 == 0 && this->rope_dim % 4 == 0 && aligned(this->cache.latent, this->cache.latent_ld) &&
+    return this->rank % 4 == 0 && this->rope_dim % 4 == 0 &&
+           aligned(this->cache.latent, this->cache.latent_ld) &&
            (this->rope_dim == 0 || aligned(this->cache.rope, this->cache.rope_ld));
   }
   bool quad_cache = false;  ///< set from quad_rows() for each call
 
   /// Starts copying keys s0 .. s0 + n - 1 of sequence b into a tile (zeros
   /// for keys from n on): thread `rank` copies key rank / 8, quads rank % 8 + 8u.
-  KOKKOS_INLINE_FUNCTION void stage_tile(std::int64_t b, std::int64_t s0, int n, int rank, int ld, T* tile) const {
+  KOKKOS_INLINE_FUNCTION void stage_tile(std::int64_t b, std::int64_t s0, int n, int rank, int ld,
+                                         T* tile) const {
     const int key = rank / kCopiers, nq = quads(), r = int(this->rank), w = r + int(this->rope_dim);
     T* const to = tile + key * ld;
     if (key >= n) {
@@ -196,13 +201,20 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const int group = rank / 32, lane = rank % 32, rb = lane / kKeyBlocks, kb = lane % kKeyBlocks;
     const int nq = quads(), span = (nq + kGroups - 1) / kGroups;
     const int q0 = min_of(nq, group * span), q1 = min_of(nq, (group + 1) * span);
+    // Software-pipelined: quad q + 1's operands load while quad q's FMAs run
+    // (with two warps per scheduler, waits on shared-memory loads dominated).
+    auto load = [&](int q, Quad<T>(&x)[4], Quad<T>(&y)[4]) {
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) x[i] = scratch_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j) y[j] = scratch_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
+    };
     T s[4][4] = {};
+    Quad<T> a[4], b[4];
+    if (q0 < q1) load(q0, a, b);
     for (int q = q0; q < q1; ++q) {
-      Quad<T> a[4], b[4];
-      KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) a[i] = scratch_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
-      KOKKOSMLA_UNROLL
-      for (int j = 0; j < 4; ++j) b[j] = scratch_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
+      Quad<T> a_next[4], b_next[4];
+      load(q + 1 < q1 ? q + 1 : q, a_next, b_next);
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e) {
         KOKKOSMLA_UNROLL
@@ -211,6 +223,8 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
           for (int j = 0; j < 4; ++j) s[i][j] += a[i].v[e] * b[j].v[e];
         }
       }
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) a[i] = a_next[i], b[i] = b_next[i];
     }
     KOKKOSMLA_UNROLL
     for (int i = 0; i < 4; ++i) {
@@ -267,12 +281,14 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const KeyRange range = this->key_range(k);
     auto tile = [&](std::int64_t s0) { return base + l.k + ((s0 - range.begin) / kKeys % 2) * kKeys * ld; };
     auto keys_from = [&](std::int64_t s0) { return int(min_of<std::int64_t>(kKeys, range.end - s0)); };
-    if (range.begin < range.end) stage_tile(k.b, range.begin, keys_from(range.begin), rank, ld, tile(range.begin));
+    if (range.begin < range.end)
+      stage_tile(k.b, range.begin, keys_from(range.begin), rank, ld, tile(range.begin));
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += kKeys) {
       wait_quad_copies();
       team.team_barrier();  // this tile (and the queries) landed; every thread is done with the previous one
       const T* const ks = tile(s0);
-      if (s0 + kKeys < range.end) stage_tile(k.b, s0 + kKeys, keys_from(s0 + kKeys), rank, ld, tile(s0 + kKeys));
+      if (s0 + kKeys < range.end)
+        stage_tile(k.b, s0 + kKeys, keys_from(s0 + kKeys), rank, ld, tile(s0 + kKeys));
 
       partial_scores(qs, ks, ld, rank, partial);
       team.team_barrier();

@@ -134,7 +134,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   template <class Attend>
   void absorb_attend_project(const ExecSpace& exec, const Call& a, Attend attend) const {
     Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
-    project<true>(exec, "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(), Scalar(problem_.scale));
+    project<true>(exec, "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(),
+                  Scalar(problem_.scale));
     attend();
     if (splits_ > 1)
       launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bound<LatentStep::Merge>(a), config_);
@@ -271,17 +272,20 @@ class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
   std::string describe() const override {
     std::ostringstream o;
     o << "(register-blocked) splits=" << this->splits_ << " team_size=" << Prototype::kThreads
-      << " rows=" << Prototype::kRows << " key_tile=" << Prototype::kKeys << " scratch=" << this->config_.scratch_bytes
-      << "B@level0 workspace=" << this->workspace_bytes() << "B";
+      << " rows=" << Prototype::kRows << " key_tile=" << Prototype::kKeys
+      << " scratch=" << this->config_.scratch_bytes << "B@level0 workspace=" << this->workspace_bytes()
+      << "B";
     return o.str();
   }
 
   void run(const ExecSpace& exec, const typename Base::Call& a) const override {
     this->absorb_attend_project(exec, a, [&] {
       if (this->splits_ == 1)
-        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Attend>(this->template bound<LatentStep::Attend>(a)));
+        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Attend>(
+                         this->template bound<LatentStep::Attend>(a)));
       else
-        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Split>(this->template bound<LatentStep::Split>(a)));
+        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Split>(
+                         this->template bound<LatentStep::Split>(a)));
     });
   }
 
@@ -302,8 +306,8 @@ class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
   template <class Kernel>
   void attend(const ExecSpace& exec, Kernel k) const {
     k.quad_cache = k.quad_rows();
-    launch(exec, "KokkosMLA::CacheAttention::attend_blocked", k, Kernel::kThreads, this->config_.scratch_bytes,
-           true, typename Kernel::bounds());
+    launch(exec, "KokkosMLA::CacheAttention::attend_blocked", k, Kernel::kThreads,
+           this->config_.scratch_bytes, true, typename Kernel::bounds());
   }
 };
 
