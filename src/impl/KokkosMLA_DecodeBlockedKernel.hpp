@@ -201,20 +201,13 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const int group = rank / 32, lane = rank % 32, rb = lane / kKeyBlocks, kb = lane % kKeyBlocks;
     const int nq = quads(), span = (nq + kGroups - 1) / kGroups;
     const int q0 = min_of(nq, group * span), q1 = min_of(nq, (group + 1) * span);
-    // Software-pipelined: quad q + 1's operands load while quad q's FMAs run
-    // (with two warps per scheduler, waits on shared-memory loads dominated).
-    auto load = [&](int q, Quad<T>(&x)[4], Quad<T>(&y)[4]) {
-      KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) x[i] = scratch_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
-      KOKKOSMLA_UNROLL
-      for (int j = 0; j < 4; ++j) y[j] = scratch_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
-    };
     T s[4][4] = {};
-    Quad<T> a[4], b[4];
-    if (q0 < q1) load(q0, a, b);
     for (int q = q0; q < q1; ++q) {
-      Quad<T> a_next[4], b_next[4];
-      load(q + 1 < q1 ? q + 1 : q, a_next, b_next);
+      Quad<T> a[4], b[4];
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) a[i] = scratch_quad(qs + (rb + kRowBlocks * i) * ld + 4 * q);
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < 4; ++j) b[j] = scratch_quad(ks + (kb + kKeyBlocks * j) * ld + 4 * q);
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e) {
         KOKKOSMLA_UNROLL
@@ -223,8 +216,6 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
           for (int j = 0; j < 4; ++j) s[i][j] += a[i].v[e] * b[j].v[e];
         }
       }
-      KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) a[i] = a_next[i], b[i] = b_next[i];
     }
     KOKKOSMLA_UNROLL
     for (int i = 0; i < 4; ++i) {
