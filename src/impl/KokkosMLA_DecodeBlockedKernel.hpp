@@ -27,9 +27,12 @@
 //
 // Scratch: 16 query rows and two tiles of 32 keys, R + Dr wide (rows padded
 // so that quad loads from 8 rows hit distinct banks), the partial scores, P
-// and the row maxima: 205 KiB for DeepSeek's 576-wide rows in float, which
-// takes a Kokkos with the large-scratch opt-in. Attend writes the normalised
-// oa over qa; Split each part's oa and lse.
+// and the rows' rescale factors: 205 KiB for DeepSeek's 576-wide rows in
+// float, which takes a Kokkos with the large-scratch opt-in, and leaves one
+// team per multiprocessor. On the H200 the kernel is bound by issue slots at
+// two warps per scheduler; 512-thread teams (four warps, 128 registers) and a
+// software-pipelined score loop both measured slower (docs/performance.md).
+// Attend writes the normalised oa over qa; Split each part's oa and lse.
 
 #include "KokkosMLA_FlashBlockedKernel.hpp"
 #include "KokkosMLA_LatentKernels.hpp"
