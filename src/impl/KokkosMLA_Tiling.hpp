@@ -101,7 +101,8 @@ inline const char* to_string(FlashVariant v) {
 
 /// Register tiles of the blocked kernel (MR query rows, NR keys, G output quads
 /// per thread; TC threads per row; U quads per staging batch, a K or V tile's
-/// share of a thread). Narrow and Wide suit 128-thread teams and 40 KB of
+/// share of a thread; designed_for: the team scratch its tiles were written
+/// for). Narrow and Wide suit 128-thread teams and 40 KB of
 /// scratch: Narrow gives fp32 D <= 64 a 64 x 32 tile, Wide fp32 D <= 128 a
 /// 32 x 32 one, both with 32 output accumulators per thread, and registers
 /// capped so that 4 teams share an SM (as many as scratch allows). Large is
@@ -115,11 +116,13 @@ template <>
 struct FlashBlock<FlashVariant::Narrow> {
   static constexpr int mr = 4, nr = 4, g = 2, tc = 8, u = 4;
   using bounds = Kokkos::LaunchBounds<128, 4>;
+  static constexpr std::size_t designed_for = kClassicTeamScratch;
 };
 template <>
 struct FlashBlock<FlashVariant::Wide> {
   static constexpr int mr = 2, nr = 4, g = 4, tc = 8, u = 8;
   using bounds = Kokkos::LaunchBounds<128, 4>;
+  static constexpr std::size_t designed_for = kClassicTeamScratch;
 };
 
 template <>
@@ -128,15 +131,6 @@ struct FlashBlock<FlashVariant::Large> {
   using bounds = Kokkos::LaunchBounds<256, 2>;
   static constexpr std::size_t designed_for = kAnyTeamScratch;
 };
-
-/// The scratch each variant's tiles were written for: Large takes what the backend gives.
-template <FlashVariant V>
-constexpr std::size_t flash_designed_for() {
-  if constexpr (V == FlashVariant::Large)
-    return FlashBlock<V>::designed_for;
-  else
-    return kClassicTeamScratch;
-}
 
 template <class ExecSpace, class T, FlashVariant V>
 using FlashBlockedOf = FlashBlockedKernel<ExecSpace, T, FlashBlock<V>::mr, FlashBlock<V>::nr,
@@ -162,7 +156,7 @@ bool try_blocked(const Shape& s, const Backend& be, FlashChoice& c) {
   FlashGrid g{threads, threads % tc == 0 ? tc : 1};
   const std::size_t bytes = Kernel::scratch_bytes(g, s.head_dim);
   const std::size_t budget =
-      be.scratch_budget(demand_of<typename FlashBlock<V>::bounds>(threads, flash_designed_for<V>()));
+      be.scratch_budget(demand_of<typename FlashBlock<V>::bounds>(threads, FlashBlock<V>::designed_for));
   if (!Kernel::covers(g, s.head_dim) || bytes > budget) return false;
   const auto l = Kernel::layout(g, s.head_dim);
   if (2 * s.queries < l.rows) return false;

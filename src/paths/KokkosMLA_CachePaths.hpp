@@ -247,14 +247,10 @@ class CacheRegistersPath final : public PortableCache<Scalar, ExecSpace> {
   }
 };
 
-/// The blocked kernel of cache attention.
-template <class ExecSpace, class T, LatentStep Step>
-using BlockedKernel = DecodeBlockedKernel<ExecSpace, T, Step>;
-
 template <class Scalar, class ExecSpace>
 class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
   using Base = PortableCache<Scalar, ExecSpace>;
-  using Prototype = BlockedKernel<ExecSpace, Scalar, LatentStep::Split>;
+  using Prototype = DecodeBlockedKernel<ExecSpace, Scalar, LatentStep::Split>;
 
  public:
   /// On GPUs whose team scratch holds the kernel's tiles, for R <= 512 and R + Dr <= 576.
@@ -281,10 +277,10 @@ class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
   void run(const ExecSpace& exec, const typename Base::Call& a) const override {
     this->absorb_attend_project(exec, a, [&] {
       if (this->splits_ == 1)
-        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Attend>(
+        attend(exec, DecodeBlockedKernel<ExecSpace, Scalar, LatentStep::Attend>(
                          this->template bound<LatentStep::Attend>(a)));
       else
-        attend(exec, BlockedKernel<ExecSpace, Scalar, LatentStep::Split>(
+        attend(exec, DecodeBlockedKernel<ExecSpace, Scalar, LatentStep::Split>(
                          this->template bound<LatentStep::Split>(a)));
     });
   }
