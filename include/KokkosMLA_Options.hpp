@@ -59,6 +59,14 @@ struct Options {
   /// 2^-11 rounded, 2^-10 truncated; docs/performance.md states the bound on
   /// out). Every other plan ignores it.
   bool allow_tf32 = false;
+  /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
+  /// Decompressed algorithm (head_dim 64 or 128) on tensor cores with fp32
+  /// accuracy: every product as three TF32 products of the operands' high and
+  /// low parts (3xTF32); the K and V GEMMs in fp32. Its error stays within
+  /// twice that of plain fp32
+  /// (docs/performance.md); it takes precedence over allow_tf32. Every other
+  /// plan ignores it.
+  bool emulate_fp32 = false;
   /// Runs this execution path instead of the plan's choice (A/B comparisons
   /// of kernels, reproducing a result across machines): a Plan or CachePlan
   /// throws std::invalid_argument when that path is not built for its scalar

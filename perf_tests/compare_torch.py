@@ -24,9 +24,11 @@ SHAPES = [(2, 32, 4, 16, 24), (4, 1024, 16, 64, 256), (1, 4096, 16, 128, 512), (
 
 
 # Benchmark name prefix of each dtype in kokkosmla_perf_tests.
-BENCH_TYPE = {"float32": "float", "tf32": "tf32", "bfloat16": "bf16", "float16": "fp16"}
-# PyTorch's side of each: tf32 (ours, opt-in) is compared with fp32, TF32 off.
-TORCH_TYPE = {"float32": "float32", "tf32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+BENCH_TYPE = {"float32": "float", "tf32": "tf32", "fp32emu": "fp32emu", "bfloat16": "bf16", "float16": "fp16"}
+# PyTorch's side of each: tf32 and fp32emu (ours, opt-in: TF32 and 3xTF32
+# products) are compared with fp32, TF32 off.
+TORCH_TYPE = {"float32": "float32", "tf32": "float32", "fp32emu": "float32", "bfloat16": "bfloat16",
+              "float16": "float16"}
 
 
 def hash_fill(torch, n, seed, scale, device):

@@ -7,9 +7,10 @@
 // batch of wall time: ~15 s for the original example on a GPU (batch ~70),
 // 0.2 s for large shapes (batch 1). relerr is measured against the double-precision Decompressed path.
 //
-// tf32/..., bf16/... and fp16/... run Auto with Options::allow_tf32 and in
-// the 16-bit types (where Kokkos has them); relerr is then against the double
-// path on the same (rounded) inputs.
+// tf32/..., fp32emu/..., bf16/... and fp16/... run Auto with
+// Options::allow_tf32, with Options::emulate_fp32 (3xTF32) and in the 16-bit
+// types (where Kokkos has them); relerr is then against the double path on
+// the same (rounded) inputs.
 //
 // Decode benchmarks (decode/float/..., and decode/bf16/... and decode/fp16/...
 // where Kokkos has the type: the tensor-core path on CUDA) time one CachePlan::execute per
@@ -133,10 +134,8 @@ double relative_error(const Shape& s, const Inputs<T>& in) {
 }
 
 template <class T>
-void run(benchmark::State& state, Shape s, Algorithm algorithm, bool tf32) {
-  Options opt;
+void run(benchmark::State& state, Shape s, Algorithm algorithm, Options opt) {
   opt.algorithm = algorithm;
-  opt.allow_tf32 = tf32;
   Inputs<T> in(s);
   Bound<T> v(in, s);
   Plan<T, Space> plan(Space(), s, opt);
@@ -183,12 +182,12 @@ void register_all(const char* type,
                   std::initializer_list<Algorithm> algorithms = {Algorithm::Auto, Algorithm::Fused,
                                                                  Algorithm::Decompressed,
                                                                  Algorithm::Absorbed},
-                  bool tf32 = false) {
+                  const Options& base = {}) {
   for (const Shape& s : shapes())
     for (Algorithm a : algorithms) {
       const std::string name = std::string(type) + "/" + shape_name(s) + "/" + to_string(a);
       benchmark::RegisterBenchmark(name.c_str(),
-                                   [s, a, tf32](benchmark::State& st) { run<T>(st, s, a, tf32); })
+                                   [s, a, base](benchmark::State& st) { run<T>(st, s, a, base); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.2);
@@ -454,7 +453,11 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_all<float>("float");
     // TF32 and 16-bit types where this Kokkos has them: Auto is the
     // tensor-core path on CUDA (the explicit algorithms would run in fp32).
-    KokkosMLA::Bench::register_all<float>("tf32", {KokkosMLA::Algorithm::Auto}, true);
+    KokkosMLA::Options tf32, emulated;
+    tf32.allow_tf32 = true;
+    emulated.emulate_fp32 = true;
+    KokkosMLA::Bench::register_all<float>("tf32", {KokkosMLA::Algorithm::Auto}, tf32);
+    KokkosMLA::Bench::register_all<float>("fp32emu", {KokkosMLA::Algorithm::Auto}, emulated);
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_all<Kokkos::Experimental::bhalf_t>("bf16", {KokkosMLA::Algorithm::Auto});
 #endif

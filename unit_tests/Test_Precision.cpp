@@ -64,10 +64,37 @@ TEST(Tf32, TensorCorePathWithinBound) {
     EXPECT_TRUE(close(r.out, reference(p), bound, s)) << r.plan;
   }
 }
+
+// 3xTF32 (emulate_fp32) keeps about 21 bits of every product's operands, so
+// its error against float64 is at most twice that of the exact fp32 kernels
+// on the same inputs, and it is far inside TF32's: on these shapes TF32's
+// error is about 100 times fp32's.
+TEST(Fp32Emulation, TensorCorePathAsAccurateAsFp32) {
+  std::uint64_t seed = 71;
+  for (const Shape& s : {Shape{1, 1, 1, 1, 64, 16}, Shape{2, 37, 53, 3, 64, 40},
+                         Shape{1, 130, 130, 2, 128, 64}, Shape{2, 65, 200, 2, 128, 32},
+                         Shape{1, 257, 257, 1, 128, 512}}) {
+    const Problem<float> p(s, ++seed);
+    Options emulated, tf32;
+    emulated.emulate_fp32 = true;
+    emulated.allow_tf32 = true;  // emulate_fp32 takes precedence
+    tf32.allow_tf32 = true;
+    const std::vector<double> exact = reference(p);
+    const Result r = run_plan<Space>(p, emulated), fp32 = run_plan<Space>(p, {}),
+                 tf32_result = run_plan<Space>(p, tf32);
+    EXPECT_NE(r.plan.find("products=3xtf32"), std::string::npos) << r.plan;
+    EXPECT_EQ(r.path, Path::FlashTensorSm80) << r.plan;
+    EXPECT_NE(fp32.path, Path::FlashTensorSm80) << fp32.plan;
+    const double fp32_error = max_error(fp32.out, exact), error = max_error(r.out, exact);
+    EXPECT_LE(error, 2 * fp32_error + 1e-9) << to_string(s) << ": fp32 error " << fp32_error;
+    EXPECT_LT(error, max_error(tf32_result.out, exact) / 8) << to_string(s) << ": against TF32";
+    EXPECT_LE(max_error(r.lse, fp32.lse), 1e-5) << to_string(s);
+  }
+}
 #endif
 
-// Where TF32 does not apply (hosts, head dimensions without a tensor-core
-// kernel) the option changes nothing, bit for bit.
+// Where TF32 and its emulation of fp32 do not apply (hosts, head dimensions
+// without a tensor-core kernel) the options change nothing, bit for bit.
 TEST(Tf32, IgnoredOffTheTensorCorePath) {
   const Shape shapes[] = {{1, 5, 9, 2, 24, 16}
 #if !KOKKOSMLA_ENABLE_SM80
@@ -79,6 +106,7 @@ TEST(Tf32, IgnoredOffTheTensorCorePath) {
     const Problem<float> p(s, 7);
     Options tf32;
     tf32.allow_tf32 = true;
+    tf32.emulate_fp32 = true;
     const Result with = run_plan<Space>(p, tf32), without = run_plan<Space>(p, {});
     EXPECT_EQ(with.plan.find("tf32"), std::string::npos) << with.plan;
     EXPECT_NE(with.path, Path::FlashTensorSm80) << with.plan;

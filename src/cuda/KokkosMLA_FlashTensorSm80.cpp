@@ -14,10 +14,16 @@ namespace Impl {
 
 namespace {
 
-template <class T, int D>
+/// True where a float plan multiplies as 3xTF32 (Options::emulate_fp32).
+template <class T>
+bool split_tf32(const Options& opt) {
+  return std::is_same<T, float>::value && opt.emulate_fp32;
+}
+
+template <class T, int D, class Products = T>
 void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
                          const T* k, const T* v, T* out, float* lse) {
-  using Kernel = FlashTensorKernel<T, D>;
+  using Kernel = FlashTensorKernel<T, D, Products>;
   Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
   f.head_group = Kernel::head_group_for(s.keys);
   launch(exec, "KokkosMLA::Decompressed::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
@@ -37,7 +43,7 @@ bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p)
   using Kernel = FlashTensorKernel<Scalar, 128>;
   const Options& opt = p.options;
   const std::int64_t d = p.shape.head_dim;
-  return (is_half_precision<Scalar>::value || opt.allow_tf32) &&
+  return (is_half_precision<Scalar>::value || opt.allow_tf32 || opt.emulate_fp32) &&
          (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
          (d == 64 || d == 128) && p.backend.compute_capability >= 80 &&
          scratch_bytes<Scalar>(d) <=
@@ -55,8 +61,11 @@ std::string FlashTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = FlashTensorKernel<Scalar, 128>;
   std::ostringstream o;
   o << "team_size=" << Kernel::kThreads << " query_tile=" << Kernel::kRows << " flash=tensor-core"
-    << (std::is_same<Scalar, float>::value ? " products=tf32" : "") << " key_tile=" << Kernel::kKeys
-    << " scratch=" << scratch_bytes<Scalar>(problem_.shape.head_dim) << "B@level0";
+    << (split_tf32<Scalar>(problem_.options) ? " products=3xtf32"
+        : std::is_same<Scalar, float>::value ? " products=tf32"
+                                             : "")
+    << " key_tile=" << Kernel::kKeys << " scratch=" << scratch_bytes<Scalar>(problem_.shape.head_dim)
+    << "B@level0";
   return o.str();
 }
 
@@ -71,11 +80,24 @@ void FlashTensorSm80Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Ca
   Scalar* k = kv_.data();
   Scalar* v = k + rows * cols;
   Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uk.data(), k);
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uv.data(), v);
+  const bool split = split_tf32<Scalar>(problem_.options);
+  const FloatGemm float_gemm = split ? FloatGemm::Fp32 : FloatGemm::Tf32;
+  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uk.data(), k, float_gemm);
+  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uv.data(), v, float_gemm);
   Kokkos::Profiling::popRegion();
   const float scale = float(problem_.scale);
   const bool causal = problem_.options.causal;
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (split) {
+      if (s.head_dim == 64)
+        launch_flash_tensor<float, 64, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(),
+                                                  c.lse);
+      else
+        launch_flash_tensor<float, 128, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(),
+                                                   c.lse);
+      return;
+    }
+  }
   if (s.head_dim == 64)
     launch_flash_tensor<Scalar, 64>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
   else

@@ -3,7 +3,8 @@
 // Prefill on tensor cores (compute capability 8.0+): K and V by cuBLAS (fp32
 // accumulation, rounded to the storage type), then the mma.sync flash kernel
 // (src/impl/KokkosMLA_FlashTensorKernel.hpp). 16-bit types, and float with
-// Options::allow_tf32 (TF32 products); head_dim 64 or 128. Defined in
+// Options::allow_tf32 (TF32 products) or Options::emulate_fp32 (3xTF32
+// products, fp32 GEMMs); head_dim 64 or 128. Defined in
 // KokkosMLA_FlashTensorSm80.cpp, built where KOKKOSMLA_ENABLE_SM80.
 
 #include "paths/KokkosMLA_PathUnit.hpp"

@@ -67,15 +67,16 @@ cudaDataType_t data_type<Kokkos::Experimental::bhalf_t>() {
 
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, const T* b, T* c) {
+                 const T* a, const T* b, T* c, FloatGemm float_gemm) {
   if (cols > INT_MAX || inner > INT_MAX)
     throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
                                 ", inner " + std::to_string(inner));
   const HandleOnStream h(exec);
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
-  const cublasComputeType_t compute =
-      std::is_same<T, float>::value ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = std::is_same<T, float>::value && float_gemm == FloatGemm::Tf32
+                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                          : CUBLAS_COMPUTE_32F;
   // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
   const std::int64_t piece = INT_MAX / 2;
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
@@ -114,7 +115,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
   template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
-                            const T*, T*);
+                            const T*, T*, FloatGemm);
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \

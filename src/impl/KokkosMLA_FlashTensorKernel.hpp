@@ -2,7 +2,8 @@
 #define KOKKOSMLA_FLASHTENSORKERNEL_HPP
 // Flash attention on tensor cores: the Decompressed algorithm's attention on
 // CUDA GPUs of compute capability 8.0 and newer, for 16-bit q, K and V, and
-// for float ones with TF32 products (Options::allow_tf32); fp32 accumulation
+// for float ones with TF32 products (Options::allow_tf32) or three TF32
+// products per product (3xTF32, Options::emulate_fp32); fp32 accumulation
 // and an fp32 online softmax.
 //
 // A team is 4 warps over 64 query rows of one (batch, head); warp w owns rows
@@ -30,10 +31,12 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class T, int D>
+/// T: the data's type; Products: how it is multiplied (T itself, or for
+/// float data SplitTf32, 3xTF32).
+template <class T, int D, class Products = T>
 struct FlashTensorKernel {
   static_assert(D % 16 == 0 && D <= 128, "head_dim must be a multiple of 16, at most 128");
-  using Ops = TensorOperands<T, D>;
+  using Ops = TensorOperands<Products, D>;
   using Element = typename Ops::Element;
   static constexpr int kWarps = 4;
   static constexpr int kThreads = 32 * kWarps;

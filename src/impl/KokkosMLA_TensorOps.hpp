@@ -5,9 +5,10 @@
 // handling of FlashTensorKernel per element type:
 //   16-bit (half_t, bhalf_t): m16n8k16 products, 64-key steps, K and V
 //     fragments by ldmatrix (V transposed), P packed from the accumulators;
-//   float (TF32): m16n8k8 products, q and P rounded to TF32, K and V
-//     truncated; 32-key steps (two fp32 tiles of 64 keys would not fit the
-//     48 KB of a Kokkos team).
+//   float: m16n8k8 products, TF32 (q and P rounded to TF32, K and V
+//     truncated) or 3xTF32 (each operand split into two TF32 parts, three
+//     products: about fp32's accuracy); 32-key steps (two fp32 tiles of 64
+//     keys would not fit the 48 KB of a Kokkos team).
 // Built where the build declares them (KOKKOSMLA_ENABLE_SM80 in
 // KokkosMLA_config.hpp); the portable kernels serve every other target.
 
@@ -304,21 +305,85 @@ KOKKOS_INLINE_FUNCTION unsigned as_tf32(float x) {
 #endif
 }
 
-/// TF32 operands of float data: q and the probabilities (converted once per
-/// use in registers) are rounded, K and V (read from shared memory by every
-/// warp, where a conversion per read would double the instructions per
-/// product) are truncated. Within every 8-wide contraction step the index
-/// is permuted (logical t <-> stored 2t, t + 4 <-> 2t + 1), which changes no
-/// sum over it and lets each lane read adjacent pairs: q and K as float2, and
-/// P directly from the score accumulators (no shuffles). Padding: K rows read
-/// as float2 at 8g + 2t words (rows 8 + D words apart), V rows 2t and 2t + 1
-/// at column g (rows 4 + D words apart): 32 distinct banks each.
-template <int D>
-struct TensorOperands<float, D> {
+/// The float operands of one m16n8k8 product, N per lane (4 of A, 2 of B):
+/// with Split (3xTF32) each x is big + small, big = x rounded to TF32 and
+/// small = the rest rounded to TF32, so x is kept to about 2^-22; without,
+/// big alone (TF32).
+template <bool Split, int N>
+struct Tf32Parts {
+  unsigned big[N], small[N];
+
+  /// x as the tensor core reads it: TF32 truncates (free), 3xTF32 splits.
+  KOKKOS_INLINE_FUNCTION static Tf32Parts as_is(const float (&x)[N]) {
+    Tf32Parts p;
+    KOKKOSMLA_UNROLL
+    for (int i = 0; i < N; ++i) {
+      if constexpr (Split) {
+        p.big[i] = to_tf32(x[i]);
+        p.small[i] = to_tf32(x[i] - bits_as_float(p.big[i]));
+      } else {
+        p.big[i] = as_tf32(x[i]);
+      }
+    }
+    return p;
+  }
+
+  /// x rounded: TF32 rounds to nearest, 3xTF32 splits.
+  KOKKOS_INLINE_FUNCTION static Tf32Parts rounded(const float (&x)[N]) {
+    if constexpr (Split) {
+      return as_is(x);
+    } else {
+      Tf32Parts p;
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < N; ++i) p.big[i] = to_tf32(x[i]);
+      return p;
+    }
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION static float bits_as_float(unsigned u) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+    return __uint_as_float(u);
+#else
+    (void)u;
+    return 0;
+#endif
+  }
+};
+
+/// c += a b on the tensor cores: one TF32 product, or with Split three
+/// (small a big b, big a small b, then big a big b; small a small b, below
+/// 2^-22 of the product, is left out), all accumulated in fp32.
+template <bool Split>
+KOKKOS_INLINE_FUNCTION void multiply(float (&c)[4], const Tf32Parts<Split, 4>& a,
+                                     const Tf32Parts<Split, 2>& b) {
+  if constexpr (Split) {
+    Mma<float>::run(c, a.small, b.big[0], b.big[1]);
+    Mma<float>::run(c, a.big, b.small[0], b.small[1]);
+  }
+  Mma<float>::run(c, a.big, b.big[0], b.big[1]);
+}
+
+/// Operand handling of float data, TF32 (Split false) or 3xTF32 (Split true).
+/// TF32: q and the probabilities are rounded (q once, when loaded), K and V
+/// (read from shared memory by every warp, where a conversion per read would
+/// double the instructions per product) are truncated. 3xTF32: every operand
+/// split into two TF32 parts where it is used, q too (both parts of q in
+/// registers would take 128 of them at D = 128). Within every 8-wide
+/// contraction step the index is permuted (logical t <-> stored 2t,
+/// t + 4 <-> 2t + 1), which changes no sum over it and lets each lane read
+/// adjacent pairs: q and K as float2, and P directly from the score
+/// accumulators (no shuffles). Padding: K rows read as float2 at 8g + 2t words
+/// (rows 8 + D words apart), V rows 2t and 2t + 1 at column g (rows 4 + D
+/// words apart): 32 distinct banks each.
+template <int D, bool Split>
+struct FloatTensorOperands {
   using Element = float;
   static constexpr int kKeys = 32;
   static constexpr int kLdK = D + 8, kLdV = D + 4;
-  using QFragments = unsigned[D / 8][4];
+  using QFragments = float[D / 8][4];
+  using A = Tf32Parts<Split, 4>;
+  using B = Tf32Parts<Split, 2>;
 
   __device__ static void load_q(QFragments& qa, const Element* r0, const Element* r1, int t) {
     auto pair = [](const Element* row, int col) {
@@ -327,10 +392,10 @@ struct TensorOperands<float, D> {
     KOKKOSMLA_UNROLL
     for (int kk = 0; kk < D / 8; ++kk) {
       const float2 x0 = pair(r0, kk * 8 + 2 * t), x1 = pair(r1, kk * 8 + 2 * t);
-      qa[kk][0] = to_tf32(x0.x);
-      qa[kk][1] = to_tf32(x1.x);
-      qa[kk][2] = to_tf32(x0.y);
-      qa[kk][3] = to_tf32(x1.y);
+      const float x[4] = {x0.x, x1.x, x0.y, x1.y};
+      const A rounded = A::rounded(x);
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) qa[kk][i] = Split ? x[i] : __uint_as_float(rounded.big[i]);
     }
   }
 
@@ -338,10 +403,12 @@ struct TensorOperands<float, D> {
     const int g = lane / 4, t = lane % 4;
     KOKKOSMLA_UNROLL
     for (int kk = 0; kk < D / 8; ++kk) {
+      const A a = A::as_is(qa[kk]);
       KOKKOSMLA_UNROLL
       for (int n = 0; n < kKeys / 8; ++n) {
         const float2 kb = *reinterpret_cast<const float2*>(ks + (n * 8 + g) * kLdK + kk * 8 + 2 * t);
-        Mma<float>::run(s[n], qa[kk], as_tf32(kb.x), as_tf32(kb.y));
+        const float b[2] = {kb.x, kb.y};
+        multiply(s[n], a, B::as_is(b));
       }
     }
   }
@@ -351,11 +418,14 @@ struct TensorOperands<float, D> {
     const int g = lane / 4, t = lane % 4;
     KOKKOSMLA_UNROLL
     for (int n = 0; n < kKeys / 8; ++n) {
-      const unsigned pa[4] = {to_tf32(p[n][0]), to_tf32(p[n][2]), to_tf32(p[n][1]), to_tf32(p[n][3])};
+      const float pn[4] = {p[n][0], p[n][2], p[n][1], p[n][3]};
+      const A a = A::rounded(pn);
       const Element* v0 = vs + (n * 8 + 2 * t) * kLdV + g;
       KOKKOSMLA_UNROLL
-      for (int dn = 0; dn < D / 8; ++dn)
-        Mma<float>::run(o[dn], pa, as_tf32(v0[dn * 8]), as_tf32(v0[kLdV + dn * 8]));
+      for (int dn = 0; dn < D / 8; ++dn) {
+        const float b[2] = {v0[dn * 8], v0[kLdV + dn * 8]};
+        multiply(o[dn], a, B::as_is(b));
+      }
     }
   }
 
@@ -363,6 +433,15 @@ struct TensorOperands<float, D> {
     *reinterpret_cast<float2*>(at) = make_float2(a, b);
   }
 };
+
+template <int D>
+struct TensorOperands<float, D> : FloatTensorOperands<D, false> {};
+
+/// Tag of float data multiplied as 3xTF32 (Options::emulate_fp32).
+struct SplitTf32 {};
+
+template <int D>
+struct TensorOperands<SplitTf32, D> : FloatTensorOperands<D, true> {};
 
 }  // namespace Impl
 }  // namespace KokkosMLA
