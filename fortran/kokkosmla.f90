@@ -41,12 +41,36 @@ module kokkosmla
   integer(c_int), parameter, public :: KOKKOSMLA_DECOMPRESSED = 2
   integer(c_int), parameter, public :: KOKKOSMLA_ABSORBED = 3
 
-  !> The C struct kokkosmla_options. scale = 0 means 1/sqrt(D); causal /= 0 is causal.
+  !> The C struct kokkosmla_options. scale = 0 means the default (1/sqrt(D), and
+  !> 1/sqrt(D + Dr) for cache attention); causal /= 0 is causal; the later
+  !> fields are off when 0.
   type, bind(c), public :: kokkosmla_options
     real(c_double) :: scale = 0
     integer(c_int) :: causal = 1
     integer(c_int) :: algorithm = KOKKOSMLA_AUTO
+    integer(c_int) :: kv_splits = 0
+    integer(c_int) :: skip_index_check = 0
+    integer(c_int) :: allow_tf32 = 0
+    integer(c_int) :: emulate_fp32 = 0
   end type kokkosmla_options
+
+  !> The C struct kokkosmla_cache: a latent KV cache in default-memory-space
+  !> memory (see include/kokkosmla.h). In Fortran order a paged cache is
+  !> latent(W, page_size, pages), k_rope(Dr, page_size, pages) and
+  !> block_table(pages_per_sequence, B) of 0-based page indices; a contiguous
+  !> one latent(W, page_size, B) with block_table c_null_ptr; seqlens(B).
+  type, bind(c), public :: kokkosmla_cache
+    type(c_ptr) :: latent = c_null_ptr
+    type(c_ptr) :: k_rope = c_null_ptr
+    type(c_ptr) :: block_table = c_null_ptr
+    type(c_ptr) :: seqlens = c_null_ptr
+    integer(c_int64_t) :: pages = 0
+    integer(c_int64_t) :: page_size = 0
+    integer(c_int64_t) :: pages_per_sequence = 0
+    integer(c_int64_t) :: latent_dim = 0
+    integer(c_int64_t) :: rope_dim = 0
+    integer(c_int) :: packed = 0
+  end type kokkosmla_cache
 
   public :: kokkosmla_options_default, kokkosmla_initialize, kokkosmla_finalize
   public :: kokkosmla_is_initialized, kokkosmla_host_memory_is_accessible
@@ -56,6 +80,12 @@ module kokkosmla
   public :: kokkosmla_plan_execute_d, kokkosmla_plan_algorithm_f, kokkosmla_plan_algorithm_d
   public :: kokkosmla_plan_destroy_f, kokkosmla_plan_destroy_d
   public :: kokkosmla_attention, kokkosmla_error_message
+  public :: kokkosmla_cache_plan_create_f, kokkosmla_cache_plan_create_d
+  public :: kokkosmla_cache_plan_execute_f, kokkosmla_cache_plan_execute_d
+  public :: kokkosmla_cache_plan_splits_f, kokkosmla_cache_plan_splits_d
+  public :: kokkosmla_cache_plan_destroy_f, kokkosmla_cache_plan_destroy_d
+  public :: kokkosmla_cache_attention_f, kokkosmla_cache_attention_d
+  public :: kokkosmla_append_to_cache_f, kokkosmla_append_to_cache_d
 
   !> Attention on Fortran arrays; see the module comment.
   interface kokkosmla_attention
@@ -199,6 +229,113 @@ module kokkosmla
       import :: c_ptr, c_int
       type(c_ptr), value :: plan
       integer(c_int) :: kokkosmla_plan_destroy_d
+    end function
+
+    ! Cache attention (serving): arrays as c_ptr in the default memory space,
+    ! q_rope and lse c_null_ptr when absent; the cache by reference.
+
+    function kokkosmla_cache_plan_create_f(plan, b, tq, h, d, r, dr, capacity, opt) &
+        bind(c, name="kokkosmla_cache_plan_create_f")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_options
+      type(c_ptr), intent(out) :: plan
+      integer(c_int64_t), value :: b, tq, h, d, r, dr, capacity
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_plan_create_f
+    end function
+
+    function kokkosmla_cache_plan_execute_f(plan, q, q_rope, cache, w_uk, w_uv, out, lse) &
+        bind(c, name="kokkosmla_cache_plan_execute_f")
+      import :: c_ptr, c_int, kokkosmla_cache
+      type(c_ptr), value :: plan, q, q_rope
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int) :: kokkosmla_cache_plan_execute_f
+    end function
+
+    function kokkosmla_cache_plan_splits_f(plan, splits) bind(c, name="kokkosmla_cache_plan_splits_f")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int), intent(out) :: splits
+      integer(c_int) :: kokkosmla_cache_plan_splits_f
+    end function
+
+    function kokkosmla_cache_plan_destroy_f(plan) bind(c, name="kokkosmla_cache_plan_destroy_f")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int) :: kokkosmla_cache_plan_destroy_f
+    end function
+
+    function kokkosmla_cache_attention_f(q, q_rope, cache, w_uk, w_uv, out, lse, b, tq, h, d, opt) &
+        bind(c, name="kokkosmla_cache_attention_f")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_cache, kokkosmla_options
+      type(c_ptr), value :: q, q_rope
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int64_t), value :: b, tq, h, d
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_attention_f
+    end function
+
+    function kokkosmla_append_to_cache_f(cache, new_latent, new_k_rope, b, tn, opt) &
+        bind(c, name="kokkosmla_append_to_cache_f")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_cache, kokkosmla_options
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: new_latent, new_k_rope
+      integer(c_int64_t), value :: b, tn
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_append_to_cache_f
+    end function
+
+    function kokkosmla_cache_plan_create_d(plan, b, tq, h, d, r, dr, capacity, opt) &
+        bind(c, name="kokkosmla_cache_plan_create_d")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_options
+      type(c_ptr), intent(out) :: plan
+      integer(c_int64_t), value :: b, tq, h, d, r, dr, capacity
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_plan_create_d
+    end function
+
+    function kokkosmla_cache_plan_execute_d(plan, q, q_rope, cache, w_uk, w_uv, out, lse) &
+        bind(c, name="kokkosmla_cache_plan_execute_d")
+      import :: c_ptr, c_int, kokkosmla_cache
+      type(c_ptr), value :: plan, q, q_rope
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int) :: kokkosmla_cache_plan_execute_d
+    end function
+
+    function kokkosmla_cache_plan_splits_d(plan, splits) bind(c, name="kokkosmla_cache_plan_splits_d")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int), intent(out) :: splits
+      integer(c_int) :: kokkosmla_cache_plan_splits_d
+    end function
+
+    function kokkosmla_cache_plan_destroy_d(plan) bind(c, name="kokkosmla_cache_plan_destroy_d")
+      import :: c_ptr, c_int
+      type(c_ptr), value :: plan
+      integer(c_int) :: kokkosmla_cache_plan_destroy_d
+    end function
+
+    function kokkosmla_cache_attention_d(q, q_rope, cache, w_uk, w_uv, out, lse, b, tq, h, d, opt) &
+        bind(c, name="kokkosmla_cache_attention_d")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_cache, kokkosmla_options
+      type(c_ptr), value :: q, q_rope
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int64_t), value :: b, tq, h, d
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_attention_d
+    end function
+
+    function kokkosmla_append_to_cache_d(cache, new_latent, new_k_rope, b, tn, opt) &
+        bind(c, name="kokkosmla_append_to_cache_d")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_cache, kokkosmla_options
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: new_latent, new_k_rope
+      integer(c_int64_t), value :: b, tn
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_append_to_cache_d
     end function
   end interface
 

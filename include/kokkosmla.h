@@ -74,18 +74,31 @@ typedef enum kokkosmla_algorithm {
   KOKKOSMLA_ABSORBED = 3      /* the Fused steps as three launches through a workspace */
 } kokkosmla_algorithm;
 
+/* Options of every call (KokkosMLA::Options). Fields added after the first
+   three are off when zero, so a zeroed struct with causal set is the default. */
 typedef struct kokkosmla_options {
-  /* Softmax scale. 0 means the default 1/sqrt(D); any other value must be
-     finite (NaN and infinities are rejected). */
+  /* Softmax scale. 0 means the default: 1/sqrt(D) for attention and plans,
+     1/sqrt(D + Dr) for cache attention. Any other value must be finite (NaN
+     and infinities are rejected). */
   double scale;
   /* Nonzero: query t attends to key positions <= S - T + t. Zero: to all S keys. */
   int causal;
   /* A kokkosmla_algorithm value. */
   int algorithm;
+  /* Cache attention: parts each sequence's keys are split into (0: the plan chooses). */
+  int kv_splits;
+  /* Cache attention and append: nonzero skips the host-side check of seqlens
+     and the block table (which synchronises with the device), for serving
+     loops that guarantee them valid. */
+  int skip_index_check;
+  /* float prefill on CUDA GPUs: Options::allow_tf32 (TF32 products) and
+     Options::emulate_fp32 (3xTF32 products, fp32 accuracy). */
+  int allow_tf32;
+  int emulate_fp32;
 } kokkosmla_options;
 
-/* scale = 0 (1/sqrt(D)), causal = 1, algorithm = KOKKOSMLA_AUTO. A NULL options
-   pointer means the same. */
+/* scale = 0 (the default scale), causal = 1, algorithm = KOKKOSMLA_AUTO, every
+   later field 0. A NULL options pointer means the same. */
 kokkosmla_options kokkosmla_options_default(void);
 
 /* Lifecycle: see "Initialisation" above. */
@@ -150,6 +163,80 @@ int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);
 /* NULL is ignored. */
 int kokkosmla_plan_destroy_f(kokkosmla_plan_f* plan);
 int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan);
+
+/* A latent KV cache (KokkosMLA::LatentCache; docs/serving.md), in
+   default-memory-space memory of the element type of the function it is
+   given to. Rows are latent_dim wide, with the RoPE keys in k_rope (rows
+   rope_dim wide; NULL when rope_dim = 0); or, when packed is nonzero,
+   latent_dim + rope_dim wide, the RoPE keys after the latent (FlashMLA's
+   layout; k_rope NULL).
+     contiguous (block_table NULL): latent (B, page_size, W); token s of
+       sequence b is row (b, s); a sequence holds at most page_size tokens.
+     paged: latent (pages, page_size, W) and block_table (B,
+       pages_per_sequence) of page indices; token s of sequence b is row
+       (block_table[b][s / page_size], s % page_size); a sequence holds at most
+       pages_per_sequence * page_size tokens.
+   seqlens (B): tokens each sequence holds, the newest included. B is the
+   batch of the call. */
+typedef struct kokkosmla_cache {
+  void* latent;
+  void* k_rope;
+  const int* block_table;
+  const int* seqlens;
+  int64_t pages;              /* paged: latent's first extent; contiguous: ignored */
+  int64_t page_size;          /* tokens per page (contiguous: per sequence) */
+  int64_t pages_per_sequence; /* paged: block_table's second extent; contiguous: ignored */
+  int64_t latent_dim;         /* R */
+  int64_t rope_dim;           /* Dr, 0 without a RoPE part */
+  int packed;
+} kokkosmla_cache;
+
+/* A KokkosMLA::CachePlan: attention of B sequences' Tq newest queries each
+   (H heads of width D) over caches of latent_dim R, rope_dim Dr and at most
+   capacity tokens per sequence; split count and workspace chosen once. Query
+   i of sequence b sits at position seqlens[b] - Tq + i. Same rules as plans. */
+typedef struct kokkosmla_cache_plan_f kokkosmla_cache_plan_f;
+typedef struct kokkosmla_cache_plan_d kokkosmla_cache_plan_d;
+
+int kokkosmla_cache_plan_create_f(kokkosmla_cache_plan_f** plan, int64_t B, int64_t Tq, int64_t H, int64_t D,
+                                  int64_t R, int64_t Dr, int64_t capacity, const kokkosmla_options* opt);
+int kokkosmla_cache_plan_create_d(kokkosmla_cache_plan_d** plan, int64_t B, int64_t Tq, int64_t H, int64_t D,
+                                  int64_t R, int64_t Dr, int64_t capacity, const kokkosmla_options* opt);
+/* q (B, Tq, H, D); q_rope (B, Tq, H, Dr), NULL when Dr = 0; w_uk and w_uv
+   (R, H, D); out (B, Tq, H, D); lse (B, Tq, H) natural-log log-sum-exp of
+   each row, or NULL. A row that sees no key gets out 0 and lse +inf. */
+int kokkosmla_cache_plan_execute_f(const kokkosmla_cache_plan_f* plan, const float* q, const float* q_rope,
+                                   const kokkosmla_cache* cache, const float* w_uk, const float* w_uv,
+                                   float* out, float* lse);
+int kokkosmla_cache_plan_execute_d(const kokkosmla_cache_plan_d* plan, const double* q, const double* q_rope,
+                                   const kokkosmla_cache* cache, const double* w_uk, const double* w_uv,
+                                   double* out, double* lse);
+/* Parts each sequence's keys are split into, in *splits. */
+int kokkosmla_cache_plan_splits_f(const kokkosmla_cache_plan_f* plan, int* splits);
+int kokkosmla_cache_plan_splits_d(const kokkosmla_cache_plan_d* plan, int* splits);
+/* NULL is ignored. */
+int kokkosmla_cache_plan_destroy_f(kokkosmla_cache_plan_f* plan);
+int kokkosmla_cache_plan_destroy_d(kokkosmla_cache_plan_d* plan);
+
+/* One cache-attention call with the arrays of kokkosmla_cache_plan_execute;
+   plans (and allocates) per call, so serving loops should hold a plan. */
+int kokkosmla_cache_attention_f(const float* q, const float* q_rope, const kokkosmla_cache* cache,
+                                const float* w_uk, const float* w_uv, float* out, float* lse, int64_t B,
+                                int64_t Tq, int64_t H, int64_t D, const kokkosmla_options* opt);
+int kokkosmla_cache_attention_d(const double* q, const double* q_rope, const kokkosmla_cache* cache,
+                                const double* w_uk, const double* w_uv, double* out, double* lse, int64_t B,
+                                int64_t Tq, int64_t H, int64_t D, const kokkosmla_options* opt);
+
+/* Writes each of B sequences' Tn newest tokens into the cache, token i of
+   sequence b at position seqlens[b] - Tn + i (seqlens already count them):
+   new_latent (B, Tn, W) with W the cache's row width (latent_dim, or
+   latent_dim + rope_dim when packed); new_k_rope (B, Tn, Dr) when the cache
+   has a separate k_rope, else NULL. */
+int kokkosmla_append_to_cache_f(const kokkosmla_cache* cache, const float* new_latent,
+                                const float* new_k_rope, int64_t B, int64_t Tn, const kokkosmla_options* opt);
+int kokkosmla_append_to_cache_d(const kokkosmla_cache* cache, const double* new_latent,
+                                const double* new_k_rope, int64_t B, int64_t Tn,
+                                const kokkosmla_options* opt);
 
 #ifdef __cplusplus
 }

@@ -105,6 +105,10 @@ Options to_options(const kokkosmla_options* c) {
   if (c->algorithm < KOKKOSMLA_AUTO || c->algorithm > KOKKOSMLA_ABSORBED)
     invalid("opt->algorithm = " + std::to_string(c->algorithm) + " is not a kokkosmla_algorithm");
   o.algorithm = Algorithm(c->algorithm);
+  o.kv_splits = c->kv_splits;  // a negative count is rejected by the plan
+  o.check_cache_indices = c->skip_index_check == 0;
+  o.allow_tf32 = c->allow_tf32 != 0;
+  o.emulate_fp32 = c->emulate_fp32 != 0;
   return o;
 }
 
@@ -141,6 +145,125 @@ int run_attention(const char* caller, const T* q, const T* latent, const T* w_uk
   });
 }
 
+/// Throws unless `value` lies in [low, 2^30], naming it as the C caller does.
+void require_extent(const char* name, std::int64_t value, std::int64_t low) {
+  if (value < low || value > (std::int64_t(1) << 30))
+    invalid(std::string(name) + " = " + std::to_string(value) + " is not in [" + std::to_string(low) +
+            ", 2^30]");
+}
+
+/// The C description of a cache as the views of a LatentCache (unmanaged);
+/// what the views' extents imply is checked by the C++ interface.
+template <class T>
+LatentCache<T, MemSpace> cache_views(const kokkosmla_cache* c, std::int64_t batch) {
+  require_pointer(c, "cache");
+  require_pointer(c->latent, "cache->latent");
+  require_pointer(c->seqlens, "cache->seqlens");
+  require_extent("cache->page_size", c->page_size, 1);
+  require_extent("cache->latent_dim", c->latent_dim, 1);
+  require_extent("cache->rope_dim", c->rope_dim, 0);
+  const bool paged = c->block_table != nullptr;
+  if (paged) {
+    require_extent("cache->pages", c->pages, 1);
+    require_extent("cache->pages_per_sequence", c->pages_per_sequence, 1);
+  }
+  if (c->packed && c->k_rope) invalid("cache->k_rope must be NULL in a packed cache (cache->packed != 0)");
+  if (!c->packed && c->rope_dim > 0 && !c->k_rope)
+    invalid("cache->k_rope is NULL but cache->rope_dim = " + std::to_string(c->rope_dim));
+  if (c->rope_dim == 0 && c->k_rope) invalid("cache->k_rope is given but cache->rope_dim = 0");
+  using Cache = LatentCache<T, MemSpace>;
+  const std::int64_t first = paged ? c->pages : batch;
+  const std::int64_t width = c->latent_dim + (c->packed ? c->rope_dim : 0);
+  Cache cache;
+  cache.latent = typename Cache::Tokens(static_cast<T*>(c->latent), first, c->page_size, width);
+  if (c->k_rope)
+    cache.k_rope = typename Cache::Tokens(static_cast<T*>(c->k_rope), first, c->page_size, c->rope_dim);
+  if (paged) cache.block_table = typename Cache::Table(c->block_table, batch, c->pages_per_sequence);
+  cache.seqlens = typename Cache::Lengths(c->seqlens, batch);
+  return cache;
+}
+
+/// The arrays of one cache-attention call as CacheArguments.
+template <class T>
+CacheArguments<T, MemSpace> cache_arguments(const T* q, const T* q_rope, const kokkosmla_cache* c,
+                                            const T* w_uk, const T* w_uv, T* out, T* lse,
+                                            const CacheShape& s) {
+  require_pointer(q, "q");
+  require_pointer(w_uk, "w_uk");
+  require_pointer(w_uv, "w_uv");
+  require_pointer(out, "out");
+  if (s.rope_dim > 0) require_pointer(q_rope, "q_rope");
+  if (s.rope_dim == 0 && q_rope) invalid("q_rope is given but the RoPE width Dr = 0");
+  using Arguments = CacheArguments<T, MemSpace>;
+  Arguments a;
+  a.q = typename Arguments::ConstRank4(q, s.batch, s.queries, s.heads, s.head_dim);
+  if (q_rope) a.q_rope = typename Arguments::ConstRank4(q_rope, s.batch, s.queries, s.heads, s.rope_dim);
+  a.cache = cache_views<T>(c, s.batch);
+  a.w_uk = typename Arguments::ConstRank3(w_uk, s.latent_dim, s.heads, s.head_dim);
+  a.w_uv = typename Arguments::ConstRank3(w_uv, s.latent_dim, s.heads, s.head_dim);
+  a.out = typename Arguments::Rank4(out, s.batch, s.queries, s.heads, s.head_dim);
+  if (lse) a.lse = typename Arguments::Lse(lse, s.batch, s.queries, s.heads);
+  return a;
+}
+
+/// The shape of a cache plan, checked in the C argument names.
+CacheShape checked_cache_shape(std::int64_t B, std::int64_t Tq, std::int64_t H, std::int64_t D,
+                               std::int64_t R, std::int64_t Dr, std::int64_t capacity) {
+  const std::pair<const char*, std::int64_t> named[] = {{"B", B}, {"Tq", Tq}, {"H", H},
+                                                        {"D", D}, {"R", R},   {"capacity", capacity}};
+  for (const auto& n : named) require_extent(n.first, n.second, 1);
+  require_extent("Dr", Dr, 0);
+  if (capacity < Tq)
+    invalid("capacity = " + std::to_string(capacity) + " < Tq = " + std::to_string(Tq) +
+            ": a sequence holds at least its queries");
+  return CacheShape{B, Tq, H, D, R, Dr, capacity};
+}
+
+/// The tokens a sequence of this cache can hold.
+std::int64_t capacity_of(const kokkosmla_cache* c) {
+  require_pointer(c, "cache");
+  return c->block_table ? c->pages_per_sequence * c->page_size : c->page_size;
+}
+
+template <class T>
+int run_cache_attention(const char* caller, const T* q, const T* q_rope, const kokkosmla_cache* c,
+                        const T* w_uk, const T* w_uv, T* out, T* lse, std::int64_t B, std::int64_t Tq,
+                        std::int64_t H, std::int64_t D, const kokkosmla_options* opt) {
+  return guarded(caller, [&] {
+    require_initialized();
+    require_pointer(c, "cache");
+    const CacheShape shape = checked_cache_shape(B, Tq, H, D, c->latent_dim, c->rope_dim, capacity_of(c));
+    const Space exec;
+    KokkosMLA::cache_attention(exec, cache_arguments(q, q_rope, c, w_uk, w_uv, out, lse, shape),
+                               to_options(opt));
+    exec.fence();
+  });
+}
+
+template <class T>
+int run_append(const char* caller, const kokkosmla_cache* c, const T* new_latent, const T* new_k_rope,
+               std::int64_t B, std::int64_t Tn, const kokkosmla_options* opt) {
+  return guarded(caller, [&] {
+    require_initialized();
+    require_extent("B", B, 1);
+    require_extent("Tn", Tn, 1);
+    require_pointer(new_latent, "new_latent");
+    const LatentCache<T, MemSpace> cache = cache_views<T>(c, B);
+    using Rank3 = typename CacheArguments<T, MemSpace>::ConstRank3;
+    const Rank3 latent(new_latent, B, Tn, cache.latent.extent(2));
+    Rank3 k_rope;
+    if (c->k_rope) {
+      require_pointer(new_k_rope, "new_k_rope");
+      k_rope = Rank3(new_k_rope, B, Tn, c->rope_dim);
+    } else if (new_k_rope) {
+      invalid("new_k_rope is given but the cache has no separate k_rope");
+    }
+    const Space exec;
+    append_to_cache(exec, cache, latent, k_rope, to_options(opt));
+    exec.fence();
+  });
+}
+
 /// Copies bytes between host memory and the default memory space.
 template <class DstSpace, class SrcSpace>
 int copy_bytes(const char* caller, void* dst, const void* src, std::size_t bytes) {
@@ -167,20 +290,54 @@ struct kokkosmla_plan_f {
 struct kokkosmla_plan_d {
   KokkosMLA::Plan<double, Kokkos::DefaultExecutionSpace> plan;
 };
+struct kokkosmla_cache_plan_f {
+  KokkosMLA::CachePlan<float, Kokkos::DefaultExecutionSpace> plan;
+};
+struct kokkosmla_cache_plan_d {
+  KokkosMLA::CachePlan<double, Kokkos::DefaultExecutionSpace> plan;
+};
 
 namespace KokkosMLA {
 namespace {
 
-template <class Handle>
-int create_plan(const char* caller, Handle** plan, const Extents& e, const kokkosmla_options* opt) {
+/// A new Handle of the plan for `shape` (Shape or CacheShape, checked by make_shape).
+template <class Handle, class MakeShape>
+int make_plan(const char* caller, Handle** plan, MakeShape&& make_shape, const kokkosmla_options* opt) {
   return guarded(caller, [&] {
     require_pointer(plan, "plan");
     *plan = nullptr;
     require_initialized();
-    const Shape shape = checked_shape(e);
+    const auto shape = make_shape();
     const Options options = to_options(opt);
     *plan = new Handle{{Space(), shape, options}};
     ++live_plans;
+  });
+}
+
+template <class Handle>
+int create_plan(const char* caller, Handle** plan, const Extents& e, const kokkosmla_options* opt) {
+  return make_plan(
+      caller, plan, [&] { return checked_shape(e); }, opt);
+}
+
+template <class T, class Handle>
+int execute_cache_plan(const char* caller, const Handle* plan, const T* q, const T* q_rope,
+                       const kokkosmla_cache* cache, const T* w_uk, const T* w_uv, T* out, T* lse) {
+  return guarded(caller, [&] {
+    require_pointer(plan, "plan");
+    require_initialized();
+    const Space exec;
+    plan->plan.execute(exec, cache_arguments(q, q_rope, cache, w_uk, w_uv, out, lse, plan->plan.shape()));
+    exec.fence();
+  });
+}
+
+template <class Handle>
+int cache_plan_splits(const char* caller, const Handle* plan, int* splits) {
+  return guarded(caller, [&] {
+    require_pointer(plan, "plan");
+    require_pointer(splits, "splits");
+    *splits = plan->plan.splits();
   });
 }
 
@@ -228,6 +385,10 @@ kokkosmla_options kokkosmla_options_default(void) {
   o.scale = 0;
   o.causal = 1;
   o.algorithm = KOKKOSMLA_AUTO;
+  o.kv_splits = 0;
+  o.skip_index_check = 0;
+  o.allow_tf32 = 0;
+  o.emulate_fp32 = 0;
   return o;
 }
 
@@ -356,5 +517,40 @@ int kokkosmla_plan_destroy_f(kokkosmla_plan_f* plan) {
 int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan) {
   return KokkosMLA::destroy_plan("kokkosmla_plan_destroy_d", plan);
 }
+
+#define KOKKOSMLA_C_CACHE_FUNCTIONS(T, S)                                                                   \
+  int kokkosmla_cache_plan_create_##S(kokkosmla_cache_plan_##S** plan, int64_t B, int64_t Tq, int64_t H,    \
+                                      int64_t D, int64_t R, int64_t Dr, int64_t capacity,                   \
+                                      const kokkosmla_options* opt) {                                       \
+    return KokkosMLA::make_plan(                                                                            \
+        "kokkosmla_cache_plan_create_" #S, plan,                                                            \
+        [&] { return KokkosMLA::checked_cache_shape(B, Tq, H, D, R, Dr, capacity); }, opt);                 \
+  }                                                                                                         \
+  int kokkosmla_cache_plan_execute_##S(const kokkosmla_cache_plan_##S* plan, const T* q, const T* q_rope,   \
+                                       const kokkosmla_cache* cache, const T* w_uk, const T* w_uv, T* out,  \
+                                       T* lse) {                                                            \
+    return KokkosMLA::execute_cache_plan("kokkosmla_cache_plan_execute_" #S, plan, q, q_rope, cache, w_uk,  \
+                                         w_uv, out, lse);                                                   \
+  }                                                                                                         \
+  int kokkosmla_cache_plan_splits_##S(const kokkosmla_cache_plan_##S* plan, int* splits) {                  \
+    return KokkosMLA::cache_plan_splits("kokkosmla_cache_plan_splits_" #S, plan, splits);                   \
+  }                                                                                                         \
+  int kokkosmla_cache_plan_destroy_##S(kokkosmla_cache_plan_##S* plan) {                                    \
+    return KokkosMLA::destroy_plan("kokkosmla_cache_plan_destroy_" #S, plan);                               \
+  }                                                                                                         \
+  int kokkosmla_cache_attention_##S(const T* q, const T* q_rope, const kokkosmla_cache* cache,              \
+                                    const T* w_uk, const T* w_uv, T* out, T* lse, int64_t B, int64_t Tq,    \
+                                    int64_t H, int64_t D, const kokkosmla_options* opt) {                   \
+    return KokkosMLA::run_cache_attention("kokkosmla_cache_attention_" #S, q, q_rope, cache, w_uk, w_uv,    \
+                                          out, lse, B, Tq, H, D, opt);                                      \
+  }                                                                                                         \
+  int kokkosmla_append_to_cache_##S(const kokkosmla_cache* cache, const T* new_latent, const T* new_k_rope, \
+                                    int64_t B, int64_t Tn, const kokkosmla_options* opt) {                  \
+    return KokkosMLA::run_append("kokkosmla_append_to_cache_" #S, cache, new_latent, new_k_rope, B, Tn,     \
+                                 opt);                                                                      \
+  }
+
+KOKKOSMLA_C_CACHE_FUNCTIONS(float, f)
+KOKKOSMLA_C_CACHE_FUNCTIONS(double, d)
 
 }  // extern "C"

@@ -296,6 +296,240 @@ static void test_errors(void) {
   free_problem(&p);
 }
 
+/* A cache-attention problem: B sequences in a paged (or contiguous) cache of
+   rows W = R (+ Dr when packed) wide, host copies of everything. */
+typedef struct {
+  int64_t B, Tq, H, D, R, Dr, page_size, pages, pages_per_sequence;
+  int packed, paged;
+} cache_shape;
+
+static int64_t row_width(cache_shape c) { return c.R + (c.packed ? c.Dr : 0); }
+
+/* The cache row of token s of sequence b. */
+static int64_t row_of(cache_shape c, const int* table, int64_t b, int64_t s) {
+  if (!c.paged) return b * c.page_size + s;
+  return (int64_t)table[b * c.pages_per_sequence + s / c.page_size] * c.page_size + s % c.page_size;
+}
+
+/* out (B, Tq, H, D) and lse (B, Tq, H): query i of sequence b at position
+   seqlens[b] - Tq + i sees positions <= its own; a row that sees no key has
+   out 0 and lse +inf. latent and k_rope are the host cache (k_rope NULL when packed). */
+static void cache_reference(cache_shape c, const double* q, const double* q_rope, const double* latent,
+                            const double* k_rope, const int* table, const int* seqlens, const double* w_uk,
+                            const double* w_uv, double* out, double* lse) {
+  const int64_t W = row_width(c);
+  const double scale = 1.0 / sqrt((double)(c.D + c.Dr));
+  int64_t b, i, h, d, r, j;
+  for (b = 0; b < c.B; ++b)
+    for (i = 0; i < c.Tq; ++i)
+      for (h = 0; h < c.H; ++h) {
+        const int64_t row = (b * c.Tq + i) * c.H + h, keys = seqlens[b] - c.Tq + i + 1;
+        double top = -INFINITY, sum = 0, acc[16] = {0};
+        double* p = malloc((size_t)(keys > 0 ? keys : 1) * sizeof(double));
+        for (j = 0; j < keys; ++j) {
+          const double* l = latent + row_of(c, table, b, j) * W;
+          const double* kr = c.packed ? l + c.R : k_rope + row_of(c, table, b, j) * c.Dr;
+          double dot = 0;
+          for (d = 0; d < c.D; ++d) {
+            double k = 0;
+            for (r = 0; r < c.R; ++r) k += l[r] * w_uk[(r * c.H + h) * c.D + d];
+            dot += q[row * c.D + d] * k;
+          }
+          for (d = 0; d < c.Dr; ++d) dot += q_rope[row * c.Dr + d] * kr[d];
+          p[j] = scale * dot;
+          if (p[j] > top) top = p[j];
+        }
+        for (j = 0; j < keys; ++j) {
+          const double* l = latent + row_of(c, table, b, j) * W;
+          const double e = exp(p[j] - top);
+          sum += e;
+          for (d = 0; d < c.D; ++d) {
+            double v = 0;
+            for (r = 0; r < c.R; ++r) v += l[r] * w_uv[(r * c.H + h) * c.D + d];
+            acc[d] += e * v;
+          }
+        }
+        for (d = 0; d < c.D; ++d) out[row * c.D + d] = keys > 0 ? acc[d] / sum : 0;
+        lse[row] = keys > 0 ? top + log(sum) : INFINITY;
+        free(p);
+      }
+}
+
+/* Appends Tq tokens through the C interface, then attends with a plan, in
+   double, against the reference; an idle slot (seqlens 0) gets out 0 and
+   lse +inf. */
+static void test_cache_double(cache_shape c) {
+  const int64_t W = row_width(c), rows = (c.paged ? c.pages : c.B) * c.page_size;
+  const int64_t capacity = c.paged ? c.pages_per_sequence * c.page_size : c.page_size;
+  const size_t nq = (size_t)(c.B * c.Tq * c.H * c.D), nqr = (size_t)(c.B * c.Tq * c.H * c.Dr);
+  const size_t nw = (size_t)(c.R * c.H * c.D), nl = (size_t)(rows * W), nk = (size_t)(rows * c.Dr);
+  const size_t nrows = (size_t)(c.B * c.Tq * c.H);
+  const size_t nnew = (size_t)(c.B * c.Tq * W), nnewr = (size_t)(c.B * c.Tq * c.Dr);
+  double *q = malloc(nq * sizeof(double)), *q_rope = malloc((nqr + 1) * sizeof(double));
+  double *w_uk = malloc(nw * sizeof(double)), *w_uv = malloc(nw * sizeof(double));
+  double *latent = malloc(nl * sizeof(double)), *k_rope = malloc((nk + 1) * sizeof(double));
+  double *fresh = malloc(nnew * sizeof(double)), *fresh_rope = malloc((nnewr + 1) * sizeof(double));
+  double *out = malloc(nq * sizeof(double)), *lse = malloc(nrows * sizeof(double));
+  double *want = malloc(nq * sizeof(double)), *want_lse = malloc(nrows * sizeof(double));
+  int* table = malloc((size_t)(c.B * c.pages_per_sequence + 1) * sizeof(int));
+  int* seqlens = malloc((size_t)c.B * sizeof(int));
+  kokkosmla_cache cache;
+  kokkosmla_cache_plan_d* plan = NULL;
+  int64_t b, i, x, splits_seen = 0;
+  int splits = 0;
+  double *dq, *dq_rope = NULL, *dw_uk, *dw_uv, *dout, *dlse, *dfresh, *dfresh_rope = NULL;
+  fill(q, nq, 21, 1.0);
+  fill(q_rope, nqr + 1, 22, 1.0);
+  fill(w_uk, nw, 23, 0.5);
+  fill(w_uv, nw, 24, 0.5);
+  fill(latent, nl, 25, 1.0);
+  fill(k_rope, nk + 1, 26, 1.0);
+  fill(fresh, nnew, 27, 1.0);
+  fill(fresh_rope, nnewr + 1, 28, 1.0);
+  /* Pages in reverse order; sequence b holds capacity - 2b tokens, the last one none. */
+  for (x = 0; x < c.B * c.pages_per_sequence; ++x) table[x] = (int)(c.pages - 1 - x % c.pages);
+  for (b = 0; b < c.B; ++b) seqlens[b] = b == c.B - 1 ? 0 : (int)(capacity - 2 * b);
+  memset(&cache, 0, sizeof cache);
+  cache.latent = to_device(latent, nl);
+  cache.k_rope = c.packed || c.Dr == 0 ? NULL : to_device(k_rope, nk);
+  cache.block_table =
+      c.paged ? (const int*)kokkosmla_malloc((size_t)(c.B * c.pages_per_sequence) * sizeof(int)) : NULL;
+  cache.seqlens = kokkosmla_malloc((size_t)c.B * sizeof(int));
+  if (c.paged)
+    CHECK(kokkosmla_copy_to_device((void*)cache.block_table, table,
+                                   (size_t)(c.B * c.pages_per_sequence) * sizeof(int)) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_device((void*)cache.seqlens, seqlens, (size_t)c.B * sizeof(int)) ==
+        KOKKOSMLA_SUCCESS);
+  cache.pages = c.pages;
+  cache.page_size = c.page_size;
+  cache.pages_per_sequence = c.pages_per_sequence;
+  cache.latent_dim = c.R;
+  cache.rope_dim = c.Dr;
+  cache.packed = c.packed;
+
+  /* The Tq newest tokens of every sequence but the idle last one (a batch of
+     B - 1), appended on the device and written into the host copy. */
+  dfresh = to_device(fresh, nnew);
+  if (cache.k_rope) dfresh_rope = to_device(fresh_rope, nnewr);
+  CHECK(kokkosmla_append_to_cache_d(&cache, dfresh, dfresh_rope, c.B - 1, c.Tq, NULL) == KOKKOSMLA_SUCCESS);
+  for (b = 0; b < c.B - 1; ++b)
+    for (i = 0; i < c.Tq; ++i) {
+      const int64_t row = row_of(c, table, b, seqlens[b] - c.Tq + i);
+      memcpy(latent + row * W, fresh + (b * c.Tq + i) * W, (size_t)W * sizeof(double));
+      if (cache.k_rope)
+        memcpy(k_rope + row * c.Dr, fresh_rope + (b * c.Tq + i) * c.Dr, (size_t)c.Dr * sizeof(double));
+    }
+
+  dq = to_device(q, nq);
+  if (c.Dr > 0) dq_rope = to_device(q_rope, nqr);
+  dw_uk = to_device(w_uk, nw);
+  dw_uv = to_device(w_uv, nw);
+  fill(out, nq, 29, 100.0);
+  dout = to_device(out, nq);
+  dlse = to_device(out, nrows);
+  CHECK(kokkosmla_cache_plan_create_d(&plan, c.B, c.Tq, c.H, c.D, c.R, c.Dr, capacity, NULL) ==
+        KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &cache, dw_uk, dw_uv, dout, dlse) ==
+        KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_cache_plan_splits_d(plan, &splits) == KOKKOSMLA_SUCCESS);
+  CHECK(splits >= 1);
+  splits_seen = splits;
+  cache_reference(c, q, q_rope, latent, k_rope, table, seqlens, w_uk, w_uv, want, want_lse);
+  CHECK(kokkosmla_copy_to_host(out, dout, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_host(lse, dlse, nrows * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  {
+    double lse_error = 0;
+    for (x = 0; x < (int64_t)nrows; ++x) {
+      if (isinf(want_lse[x])) {
+        CHECK(isinf(lse[x]) && lse[x] > 0);
+      } else {
+        const double e = fabs(lse[x] - want_lse[x]);
+        if (!(e <= lse_error)) lse_error = e; /* NaN wins */
+      }
+    }
+    printf("cache (paged %d, packed %d, Dr %lld, %lld splits): max error %.3g, lse %.3g\n", c.paged, c.packed,
+           (long long)c.Dr, (long long)splits_seen, max_difference(out, want, nq), lse_error);
+    CHECK(max_difference(out, want, nq) < 1e-12);
+    CHECK(lse_error < 1e-12);
+  }
+
+  /* The one-call form gives the same; four forced splits agree within rounding. */
+  {
+    kokkosmla_options opt = kokkosmla_options_default();
+    opt.kv_splits = 4;
+    opt.skip_index_check = 1;
+    CHECK(kokkosmla_cache_attention_d(dq, dq_rope, &cache, dw_uk, dw_uv, dout, NULL, c.B, c.Tq, c.H, c.D,
+                                      &opt) == KOKKOSMLA_SUCCESS);
+    CHECK(kokkosmla_copy_to_host(out, dout, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+    CHECK(max_difference(out, want, nq) < 1e-12);
+  }
+
+  /* Rejected calls name the argument and write nothing. */
+  fill(out, nq, 30, 100.0);
+  CHECK(kokkosmla_copy_to_device(dout, out, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  {
+    kokkosmla_cache bad = cache;
+    bad.rope_dim = c.Dr + 1;
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &bad, dw_uk, dw_uv, dout, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "kokkosmla_cache_plan_execute_d");
+    bad = cache;
+    bad.seqlens = NULL;
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &bad, dw_uk, dw_uv, dout, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "cache->seqlens is NULL");
+    bad = cache;
+    bad.page_size = c.page_size + 1;
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &bad, dw_uk, dw_uv, dout, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "given to a plan made for");
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &cache, dw_uk, dw_uv, NULL, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "out is NULL");
+    if (c.Dr > 0)
+      EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, NULL, &cache, dw_uk, dw_uv, dout, dlse),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_rope is NULL");
+    seqlens[0] = (int)capacity + 1;
+    CHECK(kokkosmla_copy_to_device((void*)cache.seqlens, seqlens, sizeof(int)) == KOKKOSMLA_SUCCESS);
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &cache, dw_uk, dw_uv, dout, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "cache.seqlens(0)");
+    EXPECT_ERROR(kokkosmla_append_to_cache_d(&cache, dfresh, dfresh_rope, c.B - 1, c.Tq, NULL),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "cache.seqlens(0)");
+    CHECK(strstr(kokkosmla_last_error(), "kokkosmla_append_to_cache_d") != NULL);
+    {
+      kokkosmla_cache_plan_d* refused = NULL;
+      EXPECT_ERROR(kokkosmla_cache_plan_create_d(&refused, c.B, c.Tq, c.H, c.D, c.R, c.Dr, c.Tq - 1, NULL),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "capacity");
+      CHECK(refused == NULL);
+    }
+    CHECK(kokkosmla_copy_to_host(out, dout, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+    fill(want, nq, 30, 100.0);
+    CHECK(max_difference(out, want, nq) == 0);
+  }
+
+  CHECK(kokkosmla_cache_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(cache.latent) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(cache.k_rope) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free((void*)cache.block_table) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free((void*)cache.seqlens) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dq) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dq_rope) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dw_uk) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dw_uv) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dout) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dlse) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dfresh) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dfresh_rope) == KOKKOSMLA_SUCCESS);
+  free(q), free(q_rope), free(w_uk), free(w_uv), free(latent), free(k_rope), free(fresh), free(fresh_rope);
+  free(out), free(lse), free(want), free(want_lse), free(table), free(seqlens);
+}
+
+static void test_cache(void) {
+  /* B, Tq, H, D, R, Dr, page_size, pages, pages_per_sequence, packed, paged */
+  const cache_shape paged = {3, 2, 3, 4, 5, 2, 3, 9, 3, 0, 1};
+  const cache_shape packed = {3, 1, 2, 4, 6, 3, 4, 7, 2, 1, 1};
+  const cache_shape contiguous = {2, 3, 2, 5, 7, 0, 11, 0, 0, 0, 0};
+  test_cache_double(paged);
+  test_cache_double(packed);
+  test_cache_double(contiguous);
+}
+
 int main(void) {
   double x = 1;
   void* held;
@@ -318,6 +552,7 @@ int main(void) {
   test_plan();
   test_float();
   test_errors();
+  test_cache();
 
   /* Kokkos is not finalized under a live allocation. */
   held = kokkosmla_malloc(64);
