@@ -57,7 +57,8 @@ panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
             ("kokkosmla-auto", "float32", "kokkosmla-auto"),
             ("kokkosmla-decompressed", "float32", "kokkosmla-decompressed"),
             ("kokkosmla-fused", "float32", "kokkosmla-fused"),
-            ("kokkosmla-absorbed", "float32", "kokkosmla-absorbed")],
+            ("kokkosmla-absorbed", "float32", "kokkosmla-absorbed"),
+            ("kokkosmla fp32emu (3xTF32, emulate_fp32)", "fp32emu", "kokkosmla-auto")],
       fp32_shapes, "Causal MLA prefill, fp32 (TF32 off), one H200", "useful TFLOP/s (Decompressed count)")
 top.axhline(sgemm, color="k", linestyle="--", label="SGEMM ceiling (%.1f TFLOP/s)" % sgemm)
 top.legend(fontsize=7, loc="lower right")
