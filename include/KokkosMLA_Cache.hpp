@@ -32,6 +32,7 @@ struct LatentCache {
 
 /// The arguments of one cache-attention call. Query i of sequence b sits at
 /// position seqlens(b) - Tq + i and, when causal, attends to positions <= its own.
+/// With query_offsets, sequences have different numbers of queries (packed).
 template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct CacheArguments {
   using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemorySpace>;
@@ -46,6 +47,14 @@ struct CacheArguments {
   ConstRank3 w_uv;  ///< (R, H, D)
   Rank4 out;        ///< (B, Tq, H, D)
   Lse lse;          ///< (B, Tq, H) natural-log log-sum-exp of each row (float for 16-bit Scalars), or empty
+  /// Variable query counts (speculative decoding with per-sequence drafts,
+  /// chunked prefill), as the engines' cu_seqlens_q: (B + 1) offsets into
+  /// packed queries, 0 first and nondecreasing. Sequence b's queries are rows
+  /// query_offsets(b) .. query_offsets(b + 1) - 1 of q, q_rope and out, which
+  /// are then (1, total, H, ...), and of lse, (1, total, H); its last query
+  /// sits at position seqlens(b) - 1. A sequence may have none. Empty: every
+  /// sequence has q.extent(1) queries.
+  typename LatentCache<Scalar, MemorySpace>::Lengths query_offsets;
 };
 
 /// Extents of a cache-attention problem. capacity: the most tokens a sequence
@@ -58,10 +67,14 @@ struct CacheShape {
   std::int64_t latent_dim = 0;
   std::int64_t rope_dim = 0;  ///< Dr, 0 without a RoPE part
   std::int64_t capacity = 0;
+  /// Queries packed with CacheArguments::query_offsets; queries is then the
+  /// most that one sequence has (the plan pads each sequence to that many).
+  bool packed_queries = false;
 
   friend bool operator==(const CacheShape& a, const CacheShape& b) {
     return a.batch == b.batch && a.queries == b.queries && a.heads == b.heads && a.head_dim == b.head_dim &&
-           a.latent_dim == b.latent_dim && a.rope_dim == b.rope_dim && a.capacity == b.capacity;
+           a.latent_dim == b.latent_dim && a.rope_dim == b.rope_dim && a.capacity == b.capacity &&
+           a.packed_queries == b.packed_queries;
   }
   friend bool operator!=(const CacheShape& a, const CacheShape& b) { return !(a == b); }
 };
@@ -78,6 +91,9 @@ CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Sca
 /// A cache-attention path planned for one problem (src/paths/): what a CachePlan holds.
 template <class Scalar, class ExecSpace>
 class PlannedCache;
+/// Padded copies of packed queries and their results (KokkosMLA_PackedQueries.hpp).
+template <class Scalar, class ExecSpace>
+class PackedQueries;
 }  // namespace Impl
 
 /// A cache-attention problem bound to an execution space: chooses the tiles
@@ -138,6 +154,7 @@ class CachePlan {
   Options options_;
   double scale_ = 1;
   std::shared_ptr<const Impl::PlannedCache<Scalar, ExecSpace>> path_;
+  std::shared_ptr<const Impl::PackedQueries<Scalar, ExecSpace>> packed_;  ///< with packed_queries
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.

@@ -6,9 +6,11 @@
 
 #include "impl/KokkosMLA_AppendKernel.hpp"
 #include "impl/KokkosMLA_CacheChecks.hpp"
+#include "impl/KokkosMLA_PackedQueries.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
 #include "paths/KokkosMLA_PathLists.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <iostream>
 #include <sstream>
@@ -19,8 +21,16 @@ namespace Impl {
 template <class Scalar, class MemorySpace>
 CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
                                     bool check_indices) {
-  const CacheShape s = validate_cache_extents(caller, describe_cache(a));
-  if (check_indices) check_cache_indices(caller, typename MemorySpace::execution_space(), a.cache, 0);
+  CacheShape s = validate_cache_extents(caller, describe_cache(a));
+  const typename MemorySpace::execution_space exec;
+  if (check_indices) check_cache_indices(caller, exec, a.cache, 0);
+  // Packed queries: the most of one sequence where the offsets are read,
+  // else their total (a bound: every sequence padded to it).
+  if (s.packed_queries) {
+    if (check_indices) s.queries = std::max<std::int64_t>(1, check_query_offsets(caller, exec, a, -1));
+    s.queries = std::min(s.queries, s.capacity);
+    validate_cache_shape(caller, s);
+  }
   return s;
 }
 
@@ -41,6 +51,7 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   p.backend = backend_of(exec);
   p.scale = scale_;
   path_ = CachePaths::plan<PlannedCache<Scalar, ExecSpace>, Scalar>(exec, p);
+  if (shape.packed_queries) packed_ = std::make_shared<const PackedQueries<Scalar, ExecSpace>>(shape);
   if (opt.verbose) std::cerr << "KokkosMLA: " << describe() << "\n";
 }
 
@@ -56,7 +67,7 @@ Path CachePlan<Scalar, ExecSpace>::path() const {
 
 template <class Scalar, class ExecSpace>
 std::size_t CachePlan<Scalar, ExecSpace>::workspace_bytes() const {
-  return path_->workspace_bytes();
+  return path_->workspace_bytes() + (packed_ ? packed_->bytes() : 0);
 }
 
 template <class Scalar, class ExecSpace>
@@ -71,10 +82,18 @@ template <class Scalar, class ExecSpace>
 void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const arguments& a) const {
   using namespace Impl;
   const char* caller = "KokkosMLA::CachePlan::execute";
-  require_same_cache_shape(caller, shape_, validate_cache_extents(caller, describe_cache(a)));
+  require_cache_shape_fits(caller, shape_, validate_cache_extents(caller, describe_cache(a)));
   // Any length from 0 on: rows that see no key (idle slots, sequences shorter than Tq) get out 0, lse +inf.
-  if (options_.check_cache_indices) check_cache_indices(caller, exec, a.cache, 0);
-  path_->run(exec, a);
+  if (options_.check_cache_indices) {
+    check_cache_indices(caller, exec, a.cache, 0);
+    if (packed_) check_query_offsets(caller, exec, a, shape_.queries);
+  }
+  if (!packed_) {
+    path_->run(exec, a);
+    return;
+  }
+  path_->run(exec, packed_->padded(exec, a));
+  packed_->unpad(exec, a);
 }
 
 template <class Scalar, class ExecSpace>

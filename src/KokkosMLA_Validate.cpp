@@ -5,6 +5,7 @@
 
 #include "impl/KokkosMLA_CacheChecks.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <initializer_list>
 #include <sstream>
@@ -69,7 +70,8 @@ FlopCount flop_count(const Shape& s, bool causal) {
 std::string to_string(const CacheShape& s) {
   std::ostringstream o;
   o << "(B=" << s.batch << ", Tq=" << s.queries << ", H=" << s.heads << ", D=" << s.head_dim
-    << ", R=" << s.latent_dim << ", Dr=" << s.rope_dim << ", capacity=" << s.capacity << ")";
+    << ", R=" << s.latent_dim << ", Dr=" << s.rope_dim << ", capacity=" << s.capacity
+    << (s.packed_queries ? ", packed queries" : "") << ")";
   return o.str();
 }
 
@@ -261,28 +263,79 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
     rope_dim = a.q_rope.extent[3];
     if (!absent(a.k_rope)) require_equal(caller, a.k_rope, 2, a.q_rope, 3);
   }
+  // What brings the sequences: q itself, or with packed queries (1, total,
+  // H, D) the offsets, one query per sequence at least as far as the cache
+  // is concerned.
+  const bool packed = !absent(a.query_offsets);
+  ArgInfo sequences = a.q;
+  if (packed) {
+    require_usable(caller, a.query_offsets);
+    if (a.query_offsets.extent[0] < 2)
+      fail(caller, extents_of(a.query_offsets) + " must hold B + 1 >= 2 offsets");
+    if (a.q.extent[0] != 1)
+      fail(caller, "q.extent(0) = " + std::to_string(a.q.extent[0]) +
+                       " but packed queries (query_offsets given) are (1, total, H, D)");
+    sequences.name = "query_offsets";
+    sequences.extent[0] = a.query_offsets.extent[0] - 1;
+    sequences.extent[1] = 1;
+  }
   const std::int64_t capacity =
-      validate_cache_storage(caller, a.latent, a.k_rope, a.block_table, a.seqlens, a.q, rope_dim);
+      validate_cache_storage(caller, a.latent, a.k_rope, a.block_table, a.seqlens, sequences, rope_dim);
   require_latent_width(caller, a.latent, a.k_rope, a.w_uk.extent[0], rope_dim, "w_uk.extent(0)");
   if (!absent(a.lse)) {
     require_usable(caller, a.lse);
     for (int i = 0; i < 3; ++i) require_equal(caller, a.lse, i, a.q, i);
   }
   for (const ArgInfo* result : {&a.out, &a.lse})
-    for (const ArgInfo* x :
-         {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table, &a.seqlens})
+    for (const ArgInfo* x : {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table,
+                             &a.seqlens, &a.query_offsets})
       if (overlaps(*result, *x)) fail(caller, std::string(result->name) + " aliases " + extents_of(*x));
   if (overlaps(a.out, a.lse)) fail(caller, "out aliases " + extents_of(a.lse));
   CacheShape s;
-  s.batch = a.q.extent[0];
+  s.batch = sequences.extent[0];
   s.queries = a.q.extent[1];
   s.heads = a.q.extent[2];
   s.head_dim = a.q.extent[3];
   s.latent_dim = a.w_uk.extent[0];
   s.rope_dim = rope_dim;
   s.capacity = capacity;
-  validate_cache_shape(caller, s);
+  s.packed_queries = packed;
+  if (!packed) validate_cache_shape(caller, s);
   return s;
+}
+
+void require_cache_shape_fits(const char* caller, const CacheShape& planned, const CacheShape& given) {
+  CacheShape padded = given;
+  if (planned.packed_queries && given.packed_queries) {
+    if (given.queries > planned.batch * planned.queries)
+      fail(caller, std::to_string(given.queries) + " packed queries given to a plan for at most " +
+                       std::to_string(planned.queries) + " of each of " + std::to_string(planned.batch) +
+                       " sequences " + to_string(planned));
+    padded.queries = planned.queries;
+  }
+  require_same_cache_shape(caller, planned, padded);
+}
+
+std::int64_t validate_query_offsets(const char* caller, const int* offsets, std::int64_t batch,
+                                    std::int64_t total, std::int64_t most) {
+  if (offsets[0] != 0) fail(caller, "query_offsets(0) = " + std::to_string(offsets[0]) + ", not 0");
+  std::int64_t found = 0;
+  for (std::int64_t b = 0; b < batch; ++b) {
+    const std::int64_t count = std::int64_t(offsets[b + 1]) - offsets[b];
+    if (count < 0 || (most >= 0 && count > most)) {
+      std::ostringstream o;
+      o << "query_offsets(" << b + 1 << ") - query_offsets(" << b << ") = " << count
+        << " queries of sequence " << b
+        << (count < 0 ? ": offsets must not decrease" : " but the plan takes at most ")
+        << (count < 0 ? "" : std::to_string(most));
+      fail(caller, o.str());
+    }
+    found = std::max(found, count);
+  }
+  if (offsets[batch] != total)
+    fail(caller, "query_offsets(" + std::to_string(batch) + ") = " + std::to_string(offsets[batch]) +
+                     " but q holds " + std::to_string(total) + " packed queries");
+  return found;
 }
 
 std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,

@@ -378,6 +378,121 @@ TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
 /// DeepSeek's widths (R = 512, Dr = 64) and the widest rows the blocked GPU
 /// kernel takes with R not a multiple of 4 (509 + 67): several row groups,
 /// the last one partial, paged, ragged, causal and not, one part and three.
+/// The packed form (CacheArguments::query_offsets) of a case whose sequence b
+/// has counts[b] <= Tq queries: they are the last counts[b] logical rows of
+/// that sequence (query j sits at seqlens(b) - counts[b] + j either way), in
+/// sequence order. rows[r] is the logical row (b Tq + t) of packed row r.
+template <class T>
+struct PackedCase {
+  CacheArguments<T> args;
+  std::vector<std::int64_t> rows;
+  Kokkos::View<int*, Kokkos::LayoutRight, Space> offsets;
+
+  PackedCase(const Logical& l, const CacheArguments<T>& padded, const std::vector<int>& counts)
+      : args(padded) {
+    const CacheCase& c = l.c;
+    std::vector<double> q, q_rope;
+    offsets = Kokkos::View<int*, Kokkos::LayoutRight, Space>("query_offsets", c.batch + 1);
+    auto host = Kokkos::create_mirror_view(offsets);
+    host(0) = 0;
+    for (std::int64_t b = 0; b < c.batch; ++b) {
+      host(b + 1) = host(b) + counts[b];
+      for (int j = 0; j < counts[b]; ++j) rows.push_back(b * c.queries + c.queries - counts[b] + j);
+    }
+    Kokkos::deep_copy(offsets, host);
+    for (std::int64_t row : rows) {
+      const std::int64_t qw = c.heads * c.head_dim, rw = c.heads * c.rope_dim;
+      q.insert(q.end(), l.q.begin() + row * qw, l.q.begin() + (row + 1) * qw);
+      q_rope.insert(q_rope.end(), l.q_rope.begin() + row * rw, l.q_rope.begin() + (row + 1) * rw);
+    }
+    const std::int64_t total = std::int64_t(rows.size());
+    args.q = to_device4<T>(q, 1, total, c.heads, c.head_dim);
+    if (c.rope_dim > 0) args.q_rope = to_device4<T>(q_rope, 1, total, c.heads, c.rope_dim);
+    args.out = View4<T>("out", 1, total, c.heads, c.head_dim);
+    args.lse = typename CacheArguments<T>::Lse("lse", 1, total, c.heads);
+    Kokkos::deep_copy(args.out, T(std::nan("")));
+    Kokkos::deep_copy(args.lse, std::nan(""));
+    args.query_offsets = offsets;
+  }
+
+  /// The logical rows of `v` (width elements each) that the packed rows are.
+  std::vector<double> pick(const std::vector<double>& v, std::int64_t width) const {
+    std::vector<double> picked;
+    for (std::int64_t row : rows)
+      picked.insert(picked.end(), v.begin() + row * width, v.begin() + (row + 1) * width);
+    return picked;
+  }
+};
+
+// Variable query counts: counts of 0, a sequence of length 0 with a query
+// and one with more queries than tokens (rows that see no key), against the
+// reference of the same queries in a Tq = 4 problem, every split count.
+TYPED_TEST(Cache, PackedQueriesMatchReference) {
+  using T = TypeParam;
+  const CacheCase c{5, 4, 3, 6, 8, 2, 24, 4, false, {24, 0, 9, 2, 17}};
+  const std::vector<int> counts = {4, 1, 0, 3, 2};
+  std::uint64_t seed = 900;
+  int idle = 0;
+  for (bool causal : {true, false})
+    for (int splits : {0, 1, 3}) {
+      SCOPED_TRACE("causal=" + std::to_string(causal) + " splits=" + std::to_string(splits));
+      const Logical l(c, ++seed);
+      const DeviceCache<T> dc(l, seed);
+      const PackedCase<T> packed(l, arguments(l, dc), counts);
+      Options opt;
+      opt.causal = causal;
+      opt.kv_splits = splits;
+      const CacheShape shape = cache_shape(packed.args);
+      EXPECT_TRUE(shape.packed_queries);
+      EXPECT_EQ(shape.queries, 4);  // the most of one sequence
+      CachePlan<T>(Space(), shape, opt).execute(Space(), packed.args);
+      std::vector<double> want_lse, want = l.reference(opt, &want_lse);
+      want = packed.pick(want, c.heads * c.head_dim);
+      want_lse = packed.pick(want_lse, c.heads);
+      std::vector<double> out = Problem<T>::host_copy(packed.args.out),
+                          lse = Problem<T>::host_copy(packed.args.lse);
+      idle += expect_idle_rows_empty(out, lse, want, want_lse, c.head_dim);
+      const Shape s{1, std::int64_t(packed.rows.size()), c.capacity, c.heads, c.head_dim, c.latent_dim};
+      Shape lse_shape = s;
+      lse_shape.head_dim = 1;
+      EXPECT_TRUE(close(out, want, tolerance<T>(), s));
+      EXPECT_TRUE(close(lse, want_lse, tolerance<T>(), lse_shape));
+    }
+  // Rows of 3 heads that see no key, over 3 split counts: causal, the
+  // length-0 sequence's query and the first of the 2-token one's three;
+  // not causal, the former only.
+  EXPECT_EQ(idle, 3 * 3 * (2 + 1));
+}
+
+// Offsets that do not describe the packed queries, or more queries than the
+// plan pads to, are rejected before any launch, naming the offsets.
+TYPED_TEST(Cache, PackedQueriesBadOffsetsAreRejected) {
+  using T = TypeParam;
+  const CacheCase c{3, 2, 2, 4, 6, 0, 12, 0, false, {12, 5, 7}};
+  const Logical l(c, 77);
+  const DeviceCache<T> dc(l, 77);
+  const CacheArguments<T> padded = arguments(l, dc);
+  const PackedCase<T> packed(l, padded, {2, 1, 2});
+  const CachePlan<T> plan(Space(), cache_shape(packed.args));
+  auto run = [&](const CacheArguments<T>& a) { return [&plan, a] { plan.execute(Space(), a); }; };
+  auto with_offsets = [&](const std::vector<int>& offsets, const std::string& piece) {
+    auto host = Kokkos::create_mirror_view(packed.offsets);
+    std::copy(offsets.begin(), offsets.end(), host.data());
+    Kokkos::deep_copy(packed.offsets, host);
+    expect_rejected<T>(run(packed.args), {"KokkosMLA::CachePlan::execute", piece}, packed.args.out);
+  };
+  with_offsets({1, 2, 3, 5}, "query_offsets(0) = 1, not 0");
+  with_offsets({0, 2, 1, 5}, "offsets must not decrease");
+  with_offsets({0, 3, 4, 5}, "but the plan takes at most 2");
+  with_offsets({0, 2, 3, 4}, "query_offsets(3) = 4 but q holds 5 packed queries");
+  expect_rejected<T>(run(padded), {"given to a plan made for", "packed queries"}, padded.out);
+  CacheArguments<T> wide = packed.args;
+  wide.q = View4<T>("q", 2, 5, c.heads, c.head_dim);
+  wide.out = View4<T>("out", 2, 5, c.heads, c.head_dim);
+  wide.lse = {};
+  expect_rejected<T>(run(wide), {"q.extent(0) = 2", "(1, total, H, D)"}, wide.out);
+}
+
 TYPED_TEST(Cache, WideRowsMatchReference) {
   const std::vector<CacheCase> wide = {
       {2, 2, 20, 8, 512, 64, 112, 16, false, {112, 37}},  // 40 rows of a sequence: 3 groups of 16

@@ -13,6 +13,7 @@ inline bool absent(const ArgInfo& a) { return a.data == nullptr && a.bytes == 0;
 struct CacheArgInfo {
   ArgInfo q, q_rope, w_uk, w_uv, out, lse;
   ArgInfo latent, k_rope, block_table, seqlens;
+  ArgInfo query_offsets;
 };
 
 template <class Scalar, class MemorySpace>
@@ -26,11 +27,47 @@ CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace>& a) {
           describe("cache.latent", a.cache.latent),
           describe("cache.k_rope", a.cache.k_rope),
           describe("cache.block_table", a.cache.block_table),
-          describe("cache.seqlens", a.cache.seqlens)};
+          describe("cache.seqlens", a.cache.seqlens),
+          describe("query_offsets", a.query_offsets)};
 }
 
-/// Extents of every argument against each other; returns the shape.
+/// Extents of every argument against each other; returns the shape. With
+/// packed queries its `queries` is their total (each sequence's count is
+/// known only from the offsets' values).
 CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a);
+
+/// The arguments' shape (from validate_cache_extents) against the plan's:
+/// equal, except that packed queries may total at most batch x queries.
+void require_cache_shape_fits(const char* caller, const CacheShape& planned, const CacheShape& given);
+
+/// Host copies of the (B + 1) query offsets of `total` packed queries: 0
+/// first, nondecreasing, `total` last, at most `most` per sequence (no
+/// limit when most < 0). Returns the most queries of one sequence.
+std::int64_t validate_query_offsets(const char* caller, const int* offsets, std::int64_t batch,
+                                    std::int64_t total, std::int64_t most);
+
+/// The query offsets of `a` read on the host (in place when the host can
+/// reach them, else through a labelled host copy, after waiting for exec) and
+/// checked as above; returns the most queries of one sequence.
+template <class ExecSpace, class Arguments>
+std::int64_t check_query_offsets(const char* caller, const ExecSpace& exec, const Arguments& a,
+                                 std::int64_t most) {
+  const auto& offsets = a.query_offsets;
+  auto check = [&](const int* host) {
+    return validate_query_offsets(caller, host, std::int64_t(offsets.extent(0)) - 1,
+                                  std::int64_t(a.q.extent(1)), most);
+  };
+  using Memory = typename std::decay_t<decltype(offsets)>::memory_space;
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
+    exec.fence();
+    return check(offsets.data());
+  }
+  Kokkos::View<int*, Kokkos::HostSpace> host(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::query_offsets"), offsets.extent(0));
+  Kokkos::deep_copy(exec, host, offsets);
+  exec.fence();
+  return check(host.data());
+}
 
 /// The cache's own extents against the new tokens' for append_to_cache
 /// (new_latent (B, Tn, R), new_k_rope (B, Tn, Dr) or absent); returns Tn.
