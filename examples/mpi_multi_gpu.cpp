@@ -178,6 +178,32 @@ void report(const Config& c, int ranks, double attention, double exchange, doubl
 
 // ---------------------------------------------------------------- decode
 
+/// Page i of a rank's pool is page i % per_sequence of sequence i / per_sequence.
+template <class Table>
+void number_pages(const Table& table) {
+  const std::int64_t per_sequence = std::int64_t(table.extent(1));
+  Kokkos::parallel_for(
+      "pages", Kokkos::RangePolicy<Space, Kokkos::IndexType<std::int64_t>>(0, std::int64_t(table.span())),
+      KOKKOS_LAMBDA(const std::int64_t i) { table(i / per_sequence, i % per_sequence) = int(i); });
+}
+
+/// A rank's paged cache (pages numbered as above) of tokens [first, first +
+/// count) of every sequence: token s of sequence b is global token first + s,
+/// element (b, first + s, w) of a (B, S, W) cache.
+template <class Latent>
+void fill_share(const Latent& latent, std::int64_t S, std::int64_t first, std::int64_t count) {
+  using T = typename Latent::non_const_value_type;
+  const std::int64_t W = std::int64_t(latent.extent(2)), page = std::int64_t(latent.extent(1));
+  const std::int64_t per_sequence = (count + page - 1) / page;
+  Kokkos::parallel_for(
+      "cache", Kokkos::RangePolicy<Space, Kokkos::IndexType<std::int64_t>>(0, std::int64_t(latent.span())),
+      KOKKOS_LAMBDA(const std::int64_t e) {
+        const std::int64_t w = e % W, row = e / W, pg = row / page;
+        const std::int64_t b = pg / per_sequence, s = (pg % per_sequence) * page + row % page;
+        latent.data()[e] = s < count ? T(hashed(2, std::uint64_t((b * S + first + s) * W + w), 1.0)) : T(0);
+      });
+}
+
 template <class T>
 struct DecodeRank {
   using Args = KokkosMLA::CacheArguments<T, Mem>;
@@ -193,20 +219,8 @@ struct DecodeRank {
     table = decltype(table)("block_table", c.B, per_sequence);
     lengths = decltype(lengths)("seqlens", c.B);
     Kokkos::deep_copy(lengths, int(count));
-    auto t = table;
-    Kokkos::parallel_for(
-        "pages", Kokkos::RangePolicy<Space>(0, int(c.B * per_sequence)),
-        KOKKOS_LAMBDA(const int i) { t(i / per_sequence, i % per_sequence) = i; });
-    // Token s of sequence b is global token first + s: element (b, first + s, w) of a (B, S, W) cache.
-    auto latent = args.cache.latent;
-    const std::int64_t S = c.S, page = c.page;
-    Kokkos::parallel_for(
-        "cache", Kokkos::RangePolicy<Space, Kokkos::IndexType<std::int64_t>>(0, std::int64_t(latent.span())),
-        KOKKOS_LAMBDA(const std::int64_t e) {
-          const std::int64_t w = e % W, row = e / W, pg = row / page;
-          const std::int64_t b = pg / per_sequence, s = (pg % per_sequence) * page + row % page;
-          latent.data()[e] = s < count ? T(hashed(2, std::uint64_t((b * S + first + s) * W + w), 1.0)) : T(0);
-        });
+    number_pages(table);
+    fill_share(args.cache.latent, c.S, first, count);
     args.cache.block_table = table;
     args.cache.seqlens = lengths;
     typename Args::Rank4 q("q", c.B, 1, c.H, c.D), q_rope("q_rope", c.B, 1, c.H, c.Dr);
