@@ -30,8 +30,8 @@
 // the MPI reports CUDA support (Open MPI's MPIX_Query_cuda_support), in which
 // case device buffers go to MPI directly; the program says which ran. Times:
 // "attention" is the kernels of one step (the slowest rank), "exchange" the
-// collective and merge (decode) or the latent all-gather and output gather
-// (prefill), each timed with fences around it.
+// collective and merge (decode) or the latent all-gather (prefill), each timed
+// with fences around it.
 
 #include <KokkosMLA.hpp>
 
@@ -147,22 +147,39 @@ double timed(F&& f) {
   return timer.seconds();
 }
 
-/// All ranks' elements of `mine` (n each), in rank order, into `all` (ranks * n),
-/// through host copies unless MPI takes device memory.
-template <class V, class W>
-void all_gather(const V& mine, const W& all) {
-  using T = typename V::non_const_value_type;
-  const int n = int(mine.span());
-  if (device_buffers_to_mpi()) {
-    Kokkos::fence();
-    MPI_Allgather(mine.data(), n, mpi_type<T>(), all.data(), n, mpi_type<T>(), MPI_COMM_WORLD);
-    return;
+/// Host memory the GPU copies to and from at full speed (pinned).
+#if defined(KOKKOS_ENABLE_CUDA)
+using Staging = Kokkos::CudaHostPinnedSpace;
+#elif defined(KOKKOS_ENABLE_HIP)
+using Staging = Kokkos::HIPHostPinnedSpace;
+#else
+using Staging = Kokkos::HostSpace;
+#endif
+
+/// All ranks' n elements each of a device array, in rank order, into another
+/// (ranks * n): through pinned host buffers made once, unless MPI takes
+/// device memory.
+template <class T>
+class AllGather {
+ public:
+  AllGather(std::size_t n, int ranks)
+      : n_(n), ranks_(std::size_t(ranks)), mine_("staged", n), all_("staged_all", n * std::size_t(ranks)) {}
+
+  void operator()(const T* from, T* to) const {
+    if (device_buffers_to_mpi()) {
+      Kokkos::fence();
+      MPI_Allgather(from, int(n_), mpi_type<T>(), to, int(n_), mpi_type<T>(), MPI_COMM_WORLD);
+      return;
+    }
+    Kokkos::deep_copy(mine_, Kokkos::View<const T*, Mem, Unmanaged>(from, n_));
+    MPI_Allgather(mine_.data(), int(n_), mpi_type<T>(), all_.data(), int(n_), mpi_type<T>(), MPI_COMM_WORLD);
+    Kokkos::deep_copy(Kokkos::View<T*, Mem, Unmanaged>(to, n_ * ranks_), all_);
   }
-  auto host_mine = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), mine);
-  auto host_all = Kokkos::create_mirror_view(all);
-  MPI_Allgather(host_mine.data(), n, mpi_type<T>(), host_all.data(), n, mpi_type<T>(), MPI_COMM_WORLD);
-  Kokkos::deep_copy(all, host_all);
-}
+
+ private:
+  std::size_t n_, ranks_;
+  Kokkos::View<T*, Staging> mine_, all_;
+};
 
 /// One JSON line per measurement, for perf_tests/results.
 void report(const Config& c, int ranks, double attention, double exchange, double one_gpu, double diff) {
@@ -262,16 +279,19 @@ int run_decode(const Config& c, int rank, int ranks) {
   const KokkosMLA::CachePlan<T> plan(Space(), KokkosMLA::cache_shape(mine.args));
   if (rank == 0) std::printf("rank 0: %s\n", plan.describe().c_str());
 
-  // Parts of every rank, merged in rank order into (out, lse).
+  // Parts of every rank (gathered in T, widened for the merge), merged in
+  // rank order into (out, lse).
+  Kokkos::View<T*****, Kokkos::LayoutRight, Mem> gathered_out("gathered_out", ranks, c.B, 1, c.H, c.D);
   Kokkos::View<C*****, Kokkos::LayoutRight, Mem> parts_out("parts_out", ranks, c.B, 1, c.H, c.D);
   Kokkos::View<C****, Kokkos::LayoutRight, Mem> parts_lse("parts_lse", ranks, c.B, 1, c.H);
-  Kokkos::View<C****, Kokkos::LayoutRight, Mem> my_out("my_out", c.B, 1, c.H, c.D),
-      out("out", c.B, 1, c.H, c.D);
+  Kokkos::View<C****, Kokkos::LayoutRight, Mem> out("out", c.B, 1, c.H, c.D);
   Kokkos::View<C***, Kokkos::LayoutRight, Mem> out_lse("out_lse", c.B, 1, c.H);
+  const AllGather<T> gather_out(mine.args.out.span(), ranks);
+  const AllGather<C> gather_lse(mine.args.lse.span(), ranks);
   auto exchange = [&] {
-    widen(mine.args.out, my_out);
-    all_gather(my_out, parts_out);
-    all_gather(mine.args.lse, parts_lse);
+    gather_out(mine.args.out.data(), gathered_out.data());
+    gather_lse(mine.args.lse.data(), parts_lse.data());
+    widen(gathered_out, parts_out);
     auto part = [&](int k) {
       return std::make_pair(Kokkos::subview(parts_out, k, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL),
                             Kokkos::subview(parts_lse, k, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL));
@@ -346,13 +366,14 @@ int run_prefill(const Config& c, int rank, int ranks) {
   for (int k = 0; k < chunks; ++k) most = std::max(most, start(k + 1) - start(k));
   Kokkos::View<T***, Kokkos::LayoutRight, Mem> sent("sent", 2, most, c.R),
       gathered("gathered", ranks, 2 * most, c.R);
+  const AllGather<T> gather_latent_rows(sent.span(), ranks);
   auto gather_latent = [&] {
     for (int i = 0; i < 2; ++i) {
       auto rows = Kokkos::subview(
           sent, i, std::make_pair(std::int64_t(0), std::int64_t(chunk_latent[i].extent(1))), Kokkos::ALL);
       Kokkos::deep_copy(rows, Kokkos::subview(chunk_latent[i], 0, Kokkos::ALL, Kokkos::ALL));
     }
-    all_gather(sent, gathered);
+    gather_latent_rows(sent.data(), gathered.data());
     for (int r = 0; r < ranks; ++r)
       for (int i = 0; i < 2; ++i) {
         const int k = i == 0 ? r : chunks - 1 - r;
@@ -369,21 +390,25 @@ int run_prefill(const Config& c, int rank, int ranks) {
       plans[i].execute(Space(), q[i], prefix, w_uk, w_uv, out[i]);
     }
   };
-  // Rank 0 collects every chunk's output (host-staged: a gather of unequal parts).
+  // For the check, rank 0 collects every chunk's output (in T, host-staged:
+  // a gather of unequal parts). Not part of a step: the outputs of a layer
+  // stay with their tokens' rank.
   std::vector<double> collected;
-  auto gather_out = [&] {
-    std::vector<double> part;
+  auto gather_outputs = [&] {
+    std::vector<T> part;
     for (const Rank4& o : out) {
-      const std::vector<double> v = host_values(o);
-      part.insert(part.end(), v.begin(), v.end());
+      auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), o);
+      part.insert(part.end(), h.data(), h.data() + h.span());
     }
     int n = int(part.size());
-    std::vector<int> counts(ranks), offsets(ranks, 0);
+    std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks), 0);
     MPI_Gather(&n, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
-    for (int r = 1; r < ranks; ++r) offsets[r] = offsets[r - 1] + counts[r - 1];
-    if (rank == 0) collected.resize(std::size_t(offsets[ranks - 1] + counts[ranks - 1]));
-    MPI_Gatherv(part.data(), n, MPI_DOUBLE, collected.data(), counts.data(), offsets.data(), MPI_DOUBLE, 0,
+    for (int r = 1; r < ranks; ++r)
+      offsets[std::size_t(r)] = offsets[std::size_t(r - 1)] + counts[std::size_t(r - 1)];
+    std::vector<T> all(rank == 0 ? std::size_t(offsets.back() + counts.back()) : 0);
+    MPI_Gatherv(part.data(), n, mpi_type<T>(), all.data(), counts.data(), offsets.data(), mpi_type<T>(), 0,
                 MPI_COMM_WORLD);
+    for (const T& x : all) collected.push_back(double(KokkosMLA::compute_type<T>(x)));
   };
 
   gather_latent();
@@ -391,15 +416,15 @@ int run_prefill(const Config& c, int rank, int ranks) {
   std::vector<double> attention, exchanged;
   for (int i = 0; i < c.iters; ++i) {
     MPI_Barrier(MPI_COMM_WORLD);
-    const double t_latent = timed(gather_latent);
+    exchanged.push_back(timed(gather_latent));
     attention.push_back(timed(attend));
-    exchanged.push_back(t_latent + timed(gather_out));
   }
   const double t_attention = max_over_ranks(median(attention)),
                t_exchange = max_over_ranks(median(exchanged));
 
   double one_gpu = 0, diff = 0;
   int status = 0;
+  if (c.check) gather_outputs();
   if (c.check && rank == 0) {
     Rank4 q_all("q_all", 1, c.S, c.H, c.D), want("want", 1, c.S, c.H, c.D);
     fill(q_all, 1, 1.0);
