@@ -26,9 +26,11 @@
 // Every rank makes the values it holds from their global indices (a hash), so
 // no rank ever holds the whole input but rank 0 when checking.
 //
-// Communication is host-staged (device to host, MPI, host to device) unless
-// the MPI reports CUDA support (Open MPI's MPIX_Query_cuda_support), in which
-// case device buffers go to MPI directly; the program says which ran. Times:
+// Partial results travel by MPI on device buffers where the MPI reports CUDA
+// support (Open MPI's MPIX_Query_cuda_support); else, with every rank on one
+// node of a CUDA build, by CUDA IPC (each rank maps the others' exported
+// buffers and copies device to device, MPI only synchronising); else through
+// pinned host buffers. The program says which ran ("exchange"). Times:
 // "attention" is the kernels of one step (the slowest rank), "exchange" the
 // collective and merge (decode) or the latent all-gather (prefill), each timed
 // with fences around it.
@@ -38,6 +40,9 @@
 #include <mpi.h>
 #if defined(OPEN_MPI) && OPEN_MPI
 #include <mpi-ext.h>
+#endif
+#if defined(KOKKOS_ENABLE_CUDA)
+#include <cuda_runtime.h>
 #endif
 
 #include <algorithm>
@@ -70,9 +75,37 @@ bool cuda_aware_mpi() {
 #endif
 }
 
-/// MPI may take device pointers: a CUDA-aware MPI, or host memory anyway.
-bool device_buffers_to_mpi() {
-  return Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible || cuda_aware_mpi();
+/// Whether every rank runs on this node.
+bool one_node() {
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
+  int here = 0, all = 0;
+  MPI_Comm_size(node, &here);
+  MPI_Comm_size(MPI_COMM_WORLD, &all);
+  MPI_Comm_free(&node);
+  return here == all;
+}
+
+/// How partial results travel between ranks: MPI on the arrays themselves
+/// (host memory, or device memory with a CUDA-aware MPI); CUDA IPC (ranks on
+/// one node map each other's device buffers and copy over NVLink or PCIe, MPI
+/// only synchronising); or through pinned host buffers and MPI.
+enum class Route { Mpi, CudaIpc, HostStaged };
+
+#if defined(KOKKOS_ENABLE_CUDA)
+constexpr bool kCudaIpc = true;
+#else
+constexpr bool kCudaIpc = false;
+#endif
+
+Route route() {
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible || cuda_aware_mpi()) return Route::Mpi;
+  if (kCudaIpc && one_node()) return Route::CudaIpc;
+  return Route::HostStaged;
+}
+
+const char* name(Route r) {
+  return r == Route::Mpi ? "mpi" : r == Route::CudaIpc ? "cuda-ipc" : "host-staged";
 }
 
 /// A uniform value in [-scale, scale) from a global index: any rank makes
@@ -157,28 +190,99 @@ using Staging = Kokkos::HostSpace;
 #endif
 
 /// All ranks' n elements each of a device array, in rank order, into another
-/// (ranks * n): through pinned host buffers made once, unless MPI takes
-/// device memory.
+/// (ranks * n), by route(). Buffers are made once, when constructed.
 template <class T>
 class AllGather {
  public:
   AllGather(std::size_t n, int ranks)
-      : n_(n), ranks_(std::size_t(ranks)), mine_("staged", n), all_("staged_all", n * std::size_t(ranks)) {}
+      : n_(n),
+        ranks_(std::size_t(ranks)),
+        route_(route()),
+        mine_("staged", n),
+        all_("staged_all", n * std::size_t(ranks)) {
+    if (route_ == Route::CudaIpc) open_peers();
+  }
+  AllGather(const AllGather&) = delete;
+  AllGather& operator=(const AllGather&) = delete;
+  ~AllGather() { close_peers(); }
 
   void operator()(const T* from, T* to) const {
-    if (device_buffers_to_mpi()) {
-      Kokkos::fence();
+    Kokkos::fence();
+    if (route_ == Route::Mpi) {
       MPI_Allgather(from, int(n_), mpi_type<T>(), to, int(n_), mpi_type<T>(), MPI_COMM_WORLD);
-      return;
+    } else if (route_ == Route::CudaIpc) {
+      gather_from_peers(from, to);
+    } else {
+      Kokkos::deep_copy(mine_, Kokkos::View<const T*, Mem, Unmanaged>(from, n_));
+      MPI_Allgather(mine_.data(), int(n_), mpi_type<T>(), all_.data(), int(n_), mpi_type<T>(),
+                    MPI_COMM_WORLD);
+      Kokkos::deep_copy(Kokkos::View<T*, Mem, Unmanaged>(to, n_ * ranks_), all_);
     }
-    Kokkos::deep_copy(mine_, Kokkos::View<const T*, Mem, Unmanaged>(from, n_));
-    MPI_Allgather(mine_.data(), int(n_), mpi_type<T>(), all_.data(), int(n_), mpi_type<T>(), MPI_COMM_WORLD);
-    Kokkos::deep_copy(Kokkos::View<T*, Mem, Unmanaged>(to, n_ * ranks_), all_);
   }
 
  private:
   std::size_t n_, ranks_;
+  Route route_;
   Kokkos::View<T*, Staging> mine_, all_;
+  std::vector<T*> peers_;  // every rank's exported buffer, mapped here (this rank's own: its allocation)
+
+#if defined(KOKKOS_ENABLE_CUDA)
+  static void require(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) {
+      std::fprintf(stderr, "%s: %s\n", what, cudaGetErrorString(e));
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+
+  /// An exported buffer of its own allocation (so the mapped pointer is its
+  /// start), and every other rank's mapped in.
+  void open_peers() {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    void* own = nullptr;
+    require(cudaMalloc(&own, n_ * sizeof(T)), "cudaMalloc");
+    cudaIpcMemHandle_t handle;
+    require(cudaIpcGetMemHandle(&handle, own), "cudaIpcGetMemHandle");
+    std::vector<cudaIpcMemHandle_t> handles(ranks_);
+    MPI_Allgather(&handle, int(sizeof handle), MPI_BYTE, handles.data(), int(sizeof handle), MPI_BYTE,
+                  MPI_COMM_WORLD);
+    peers_.assign(ranks_, nullptr);
+    for (std::size_t k = 0; k < ranks_; ++k) {
+      void* p = own;
+      if (int(k) != rank)
+        require(cudaIpcOpenMemHandle(&p, handles[k], cudaIpcMemLazyEnablePeerAccess), "cudaIpcOpenMemHandle");
+      peers_[k] = static_cast<T*>(p);
+    }
+  }
+
+  /// Each rank exports its part, waits for all, copies every part device to
+  /// device, and waits again before its buffer may be overwritten.
+  void gather_from_peers(const T* from, T* to) const {
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    const std::size_t bytes = n_ * sizeof(T);
+    require(cudaMemcpy(peers_[std::size_t(rank)], from, bytes, cudaMemcpyDeviceToDevice), "cudaMemcpy");
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (std::size_t k = 0; k < ranks_; ++k)
+      require(cudaMemcpyAsync(to + k * n_, peers_[k], bytes, cudaMemcpyDefault), "cudaMemcpyAsync");
+    require(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    MPI_Barrier(MPI_COMM_WORLD);
+  }
+
+  void close_peers() {
+    if (peers_.empty()) return;
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    for (std::size_t k = 0; k < ranks_; ++k)
+      if (int(k) != rank) cudaIpcCloseMemHandle(peers_[k]);
+    MPI_Barrier(MPI_COMM_WORLD);  // no rank maps this buffer any more
+    cudaFree(peers_[std::size_t(rank)]);
+  }
+#else
+  void open_peers() {}
+  void gather_from_peers(const T*, T*) const {}
+  void close_peers() {}
+#endif
 };
 
 /// One JSON line per measurement, for perf_tests/results.
@@ -190,7 +294,7 @@ void report(const Config& c, int ranks, double attention, double exchange, doubl
       c.mode.c_str(), c.dtype.c_str(), ranks, (long long)(c.mode == "prefill" ? 1 : c.B), (long long)c.S,
       (long long)c.H, (long long)c.D, (long long)c.R, attention * 1e3, exchange * 1e3,
       (attention + exchange) * 1e3, one_gpu * 1e3, one_gpu > 0 ? one_gpu / (attention + exchange) : 0.0, diff,
-      device_buffers_to_mpi() ? "direct" : "host-staged");
+      name(route()));
 }
 
 // ---------------------------------------------------------------- decode
