@@ -98,11 +98,17 @@ constexpr bool kCudaIpc = true;
 constexpr bool kCudaIpc = false;
 #endif
 
-Route route() {
+/// The route of this run: chosen once, by every rank together (one_node is
+/// a collective), before anything travels.
+Route choose_route() {
   if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Mem>::accessible || cuda_aware_mpi()) return Route::Mpi;
   if (kCudaIpc && one_node()) return Route::CudaIpc;
   return Route::HostStaged;
 }
+
+Route the_route = Route::HostStaged;  ///< set by main from choose_route()
+
+Route route() { return the_route; }
 
 const char* name(Route r) {
   return r == Route::Mpi ? "mpi" : r == Route::CudaIpc ? "cuda-ipc" : "host-staged";
@@ -614,6 +620,7 @@ int main(int argc, char** argv) {
   for (std::string& a : kokkos_args) kargv.push_back(&a[0]);
   int kargc = int(kargv.size());
   Kokkos::initialize(kargc, kargv.data());
+  the_route = choose_route();
   int status = 0;
   {
     if (c.dtype == "double") {
