@@ -128,7 +128,7 @@ contains
     real(c_double), target :: cache_latent(nr, ps, pages), cache_rope(dr, ps, pages)
     real(c_double), target :: new_latent(nr, 1, nb), new_rope(dr, 1, nb)
     real(c_double), target :: qd(nd, nh, 1, nb), qr(dr, nh, 1, nb), od(nd, nh, 1, nb), lse(nh, 1, nb)
-    real(c_double) :: k(nd), v(nd), p(pps * ps), acc(nd), scale, want
+    real(c_double) :: k(nd), v(nd, pps * ps), p(pps * ps), acc(nd), scale, want
     type(kokkosmla_cache) :: cache
     type(c_ptr) :: dq, dqr, dk, dv, dout, dlse, dnew, dnew_rope, plan
     integer :: b, h, s, r, page, row, keys
@@ -188,24 +188,17 @@ contains
           page = table((s - 1) / ps + 1, b) + 1
           row = mod(s - 1, ps) + 1
           k = 0
+          v(:, s) = 0
           do r = 1, nr
             k = k + cache_latent(r, row, page) * w_uk(:, h, r)
+            v(:, s) = v(:, s) + cache_latent(r, row, page) * w_uv(:, h, r)
           end do
           p(s) = scale * (dot_product(qd(:, h, 1, b), k) + dot_product(qr(:, h, 1, b), cache_rope(:, row, page)))
         end do
         want = maxval(p(1:keys))
         p(1:keys) = exp(p(1:keys) - want)
         want = want + log(sum(p(1:keys)))
-        acc = 0
-        do s = 1, keys
-          page = table((s - 1) / ps + 1, b) + 1
-          row = mod(s - 1, ps) + 1
-          v = 0
-          do r = 1, nr
-            v = v + cache_latent(r, row, page) * w_uv(:, h, r)
-          end do
-          acc = acc + p(s) * v
-        end do
+        acc = matmul(v(:, 1:keys), p(1:keys))
         worst = max(worst, maxval(abs(od(:, h, 1, b) - acc / sum(p(1:keys)))), abs(lse(h, 1, b) - want))
       end do
     end do

@@ -332,15 +332,6 @@ int execute_cache_plan(const char* caller, const Handle* plan, const T* q, const
   });
 }
 
-template <class Handle>
-int cache_plan_splits(const char* caller, const Handle* plan, int* splits) {
-  return guarded(caller, [&] {
-    require_pointer(plan, "plan");
-    require_pointer(splits, "splits");
-    *splits = plan->plan.splits();
-  });
-}
-
 template <class T, class Handle>
 int execute_plan(const char* caller, const Handle* plan, const T* q, const T* latent, const T* w_uk,
                  const T* w_uv, T* out) {
@@ -354,12 +345,13 @@ int execute_plan(const char* caller, const Handle* plan, const T* q, const T* la
   });
 }
 
-template <class Handle>
-int plan_algorithm(const char* caller, const Handle* plan, int* algorithm) {
+/// *value = what(plan's C++ plan): a property a plan reports through an int.
+template <class Handle, class What>
+int plan_property(const char* caller, const Handle* plan, int* value, const char* name, What what) {
   return guarded(caller, [&] {
     require_pointer(plan, "plan");
-    require_pointer(algorithm, "algorithm");
-    *algorithm = int(plan->plan.algorithm());
+    require_pointer(value, name);
+    *value = int(what(plan->plan));
   });
 }
 
@@ -503,11 +495,13 @@ int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, cons
 }
 
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm) {
-  return KokkosMLA::plan_algorithm("kokkosmla_plan_algorithm_f", plan, algorithm);
+  return KokkosMLA::plan_property("kokkosmla_plan_algorithm_f", plan, algorithm, "algorithm",
+                                  [](const auto& p) { return p.algorithm(); });
 }
 
 int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm) {
-  return KokkosMLA::plan_algorithm("kokkosmla_plan_algorithm_d", plan, algorithm);
+  return KokkosMLA::plan_property("kokkosmla_plan_algorithm_d", plan, algorithm, "algorithm",
+                                  [](const auto& p) { return p.algorithm(); });
 }
 
 int kokkosmla_plan_destroy_f(kokkosmla_plan_f* plan) {
@@ -533,7 +527,8 @@ int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan) {
                                          w_uv, out, lse);                                                   \
   }                                                                                                         \
   int kokkosmla_cache_plan_splits_##S(const kokkosmla_cache_plan_##S* plan, int* splits) {                  \
-    return KokkosMLA::cache_plan_splits("kokkosmla_cache_plan_splits_" #S, plan, splits);                   \
+    return KokkosMLA::plan_property("kokkosmla_cache_plan_splits_" #S, plan, splits, "splits",              \
+                                    [](const auto& p) { return p.splits(); });                              \
   }                                                                                                         \
   int kokkosmla_cache_plan_destroy_##S(kokkosmla_cache_plan_##S* plan) {                                    \
     return KokkosMLA::destroy_plan("kokkosmla_cache_plan_destroy_" #S, plan);                               \
