@@ -55,6 +55,18 @@ struct CacheArguments {
   /// sits at position seqlens(b) - 1. A sequence may have none. Empty: every
   /// sequence has q.extent(1) queries.
   typename LatentCache<Scalar, MemorySpace>::Lengths query_offsets;
+  /// Sparse attention (DeepSeek-V3.2's top-k): (B, Tq, topk) positions in its
+  /// sequence that each query row attends to, in any order, -1 for an unused
+  /// entry; a position listed twice counts twice in the softmax. The indices
+  /// replace the causal mask: they say what a row sees (with the index checks
+  /// on, each lies in [-1, seqlens(b))). A row with no valid entry gets out 0
+  /// and lse +inf. Empty: dense attention.
+  Kokkos::View<const int***, Kokkos::LayoutRight, MemorySpace> indices;
+  /// Attention sinks: (H) one logit per head that joins every row's softmax
+  /// denominator with no value: out is scaled by 1 / (1 + exp(sink - lse))
+  /// and lse becomes log(exp(lse) + exp(sink)) (rows with no key keep out 0,
+  /// lse +inf). Empty: none.
+  Kokkos::View<const compute_type<Scalar>*, Kokkos::LayoutRight, MemorySpace> sinks;
 };
 
 /// Extents of a cache-attention problem. capacity: the most tokens a sequence
@@ -70,11 +82,13 @@ struct CacheShape {
   /// Queries packed with CacheArguments::query_offsets; queries is then the
   /// most that one sequence has (the plan pads each sequence to that many).
   bool packed_queries = false;
+  /// Sparse attention: the entries of each row's index list (0: dense).
+  std::int64_t topk = 0;
 
   friend bool operator==(const CacheShape& a, const CacheShape& b) {
     return a.batch == b.batch && a.queries == b.queries && a.heads == b.heads && a.head_dim == b.head_dim &&
            a.latent_dim == b.latent_dim && a.rope_dim == b.rope_dim && a.capacity == b.capacity &&
-           a.packed_queries == b.packed_queries;
+           a.packed_queries == b.packed_queries && a.topk == b.topk;
   }
   friend bool operator!=(const CacheShape& a, const CacheShape& b) { return !(a == b); }
 };
@@ -155,6 +169,8 @@ class CachePlan {
   double scale_ = 1;
   std::shared_ptr<const Impl::PlannedCache<Scalar, ExecSpace>> path_;
   std::shared_ptr<const Impl::PackedQueries<Scalar, ExecSpace>> packed_;  ///< with packed_queries
+  /// Rows' lse where sinks are given without an lse to write: (B Tq H).
+  Kokkos::View<compute_type<Scalar>*, memory_space> sink_lse_;
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.

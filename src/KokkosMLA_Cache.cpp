@@ -6,6 +6,7 @@
 
 #include "impl/KokkosMLA_AppendKernel.hpp"
 #include "impl/KokkosMLA_CacheChecks.hpp"
+#include "impl/KokkosMLA_MergeKernel.hpp"
 #include "impl/KokkosMLA_PackedQueries.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
 #include "paths/KokkosMLA_PathLists.hpp"
@@ -24,6 +25,7 @@ CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Sca
   CacheShape s = validate_cache_extents(caller, describe_cache(a));
   const typename MemorySpace::execution_space exec;
   if (check_indices) check_cache_indices(caller, exec, a.cache, 0);
+  if (check_indices && s.topk > 0) check_sparse_indices(caller, exec, a);
   // Packed queries: the most of one sequence where the offsets are read,
   // else their total (a bound: every sequence padded to it).
   if (s.packed_queries) {
@@ -52,6 +54,8 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   p.scale = scale_;
   path_ = CachePaths::plan<PlannedCache<Scalar, ExecSpace>, Scalar>(exec, p);
   if (shape.packed_queries) packed_ = std::make_shared<const PackedQueries<Scalar, ExecSpace>>(shape);
+  sink_lse_ =
+      decltype(sink_lse_)("KokkosMLA::CachePlan::sink_lse", shape.batch * shape.queries * shape.heads);
   if (opt.verbose) std::cerr << "KokkosMLA: " << describe() << "\n";
 }
 
@@ -67,7 +71,8 @@ Path CachePlan<Scalar, ExecSpace>::path() const {
 
 template <class Scalar, class ExecSpace>
 std::size_t CachePlan<Scalar, ExecSpace>::workspace_bytes() const {
-  return path_->workspace_bytes() + (packed_ ? packed_->bytes() : 0);
+  return path_->workspace_bytes() + (packed_ ? packed_->bytes() : 0) +
+         sink_lse_.span() * sizeof(typename decltype(sink_lse_)::value_type);
 }
 
 template <class Scalar, class ExecSpace>
@@ -87,13 +92,22 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
   if (options_.check_cache_indices) {
     check_cache_indices(caller, exec, a.cache, 0);
     if (packed_) check_query_offsets(caller, exec, a, shape_.queries);
+    if (shape_.topk > 0) check_sparse_indices(caller, exec, a);
   }
-  if (!packed_) {
-    path_->run(exec, a);
-    return;
+  // Sinks need every row's lse: the caller's, or the plan's own.
+  arguments r = a;
+  if (a.sinks.size() > 0 && a.lse.size() == 0)
+    r.lse = typename arguments::Lse(sink_lse_.data(), a.out.extent(0), a.out.extent(1), a.out.extent(2));
+  if (packed_) {
+    path_->run(exec, packed_->padded(exec, r));
+    packed_->unpad(exec, r);
+  } else {
+    path_->run(exec, r);
   }
-  path_->run(exec, packed_->padded(exec, a));
-  packed_->unpad(exec, a);
+  if (a.sinks.size() > 0)
+    add_sinks(exec, r.out.data(), r.lse.data(), a.sinks.data(),
+              std::int64_t(r.out.extent(0) * r.out.extent(1) * r.out.extent(2)), shape_.heads,
+              shape_.head_dim);
 }
 
 template <class Scalar, class ExecSpace>

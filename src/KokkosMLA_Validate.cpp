@@ -71,7 +71,8 @@ std::string to_string(const CacheShape& s) {
   std::ostringstream o;
   o << "(B=" << s.batch << ", Tq=" << s.queries << ", H=" << s.heads << ", D=" << s.head_dim
     << ", R=" << s.latent_dim << ", Dr=" << s.rope_dim << ", capacity=" << s.capacity
-    << (s.packed_queries ? ", packed queries" : "") << ")";
+    << (s.packed_queries ? ", packed queries" : "") << (s.topk > 0 ? ", topk=" + std::to_string(s.topk) : "")
+    << ")";
   return o.str();
 }
 
@@ -288,9 +289,19 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
   }
   for (const ArgInfo* result : {&a.out, &a.lse})
     for (const ArgInfo* x : {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table,
-                             &a.seqlens, &a.query_offsets})
+                             &a.seqlens, &a.query_offsets, &a.indices, &a.sinks})
       if (overlaps(*result, *x)) fail(caller, std::string(result->name) + " aliases " + extents_of(*x));
   if (overlaps(a.out, a.lse)) fail(caller, "out aliases " + extents_of(a.lse));
+  if (!absent(a.indices)) {
+    if (packed) fail(caller, "sparse attention (indices) takes no packed queries (query_offsets)");
+    require_usable(caller, a.indices);
+    require_equal(caller, a.indices, 0, a.q, 0);
+    require_equal(caller, a.indices, 1, a.q, 1);
+  }
+  if (!absent(a.sinks)) {
+    require_usable(caller, a.sinks);
+    require_equal(caller, a.sinks, 0, a.q, 2);
+  }
   CacheShape s;
   s.batch = sequences.extent[0];
   s.queries = a.q.extent[1];
@@ -300,6 +311,7 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
   s.rope_dim = rope_dim;
   s.capacity = capacity;
   s.packed_queries = packed;
+  s.topk = absent(a.indices) ? 0 : a.indices.extent[2];
   if (!packed) validate_cache_shape(caller, s);
   return s;
 }
@@ -365,6 +377,22 @@ void validate_cache_shape(const char* caller, const CacheShape& s) {
   if (s.rope_dim < 0) fail(caller, "rope_dim < 0: " + to_string(s));
   if (s.rope_dim > kMaxExtent) fail(caller, "an extent exceeds 2^30: " + to_string(s));
   if (s.capacity < s.queries) fail(caller, "capacity < queries: " + to_string(s));
+  if (s.topk < 0 || s.topk > kMaxExtent) fail(caller, "topk outside [0, 2^30]: " + to_string(s));
+}
+
+void validate_sparse_indices(const char* caller, const int* indices, const int* seqlens, std::int64_t batch,
+                             std::int64_t queries, std::int64_t topk) {
+  for (std::int64_t b = 0; b < batch; ++b)
+    for (std::int64_t t = 0; t < queries; ++t)
+      for (std::int64_t k = 0; k < topk; ++k) {
+        const int x = indices[(b * queries + t) * topk + k];
+        if (x < -1 || x >= seqlens[b]) {
+          std::ostringstream o;
+          o << "indices(" << b << ", " << t << ", " << k << ") = " << x << " is outside [-1, " << seqlens[b]
+            << "): -1 or a position of the sequence (seqlens(" << b << ") = " << seqlens[b] << ")";
+          fail(caller, o.str());
+        }
+      }
 }
 
 void require_same_cache_shape(const char* caller, const CacheShape& planned, const CacheShape& given) {

@@ -6,6 +6,7 @@
 #include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -491,6 +492,199 @@ TYPED_TEST(Cache, PackedQueriesBadOffsetsAreRejected) {
   wide.out = View4<T>("out", 2, 5, c.heads, c.head_dim);
   wide.lse = {};
   expect_rejected<T>(run(wide), {"q.extent(0) = 2", "(1, total, H, D)"}, wide.out);
+}
+
+/// out (B, Tq, H, D) and lse (B, Tq, H) of attention over listed keys: query
+/// t of sequence b, every head, sees the positions keys(b, t) (-1 skipped, a
+/// repeated one counted again), plus per head a sink logit without a value
+/// where sinks are given. A row with no key: out 0, lse +inf.
+std::vector<double> listed_reference(const Logical& l,
+                                     const std::function<std::vector<int>(std::int64_t, std::int64_t)>& keys,
+                                     const std::vector<double>& sinks, const Options& opt,
+                                     std::vector<double>* lse) {
+  const CacheCase& c = l.c;
+  const std::int64_t H = c.heads, D = c.head_dim, R = c.latent_dim;
+  const double scale = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(D + c.rope_dim));
+  std::vector<double> out(c.batch * c.queries * H * D, 0.0);
+  lse->assign(c.batch * c.queries * H, INFINITY);
+  for (std::int64_t b = 0; b < c.batch; ++b)
+    for (std::int64_t t = 0; t < c.queries; ++t) {
+      std::vector<int> listed;
+      for (int s : keys(b, t))
+        if (s >= 0) listed.push_back(s);
+      if (listed.empty()) continue;
+      for (std::int64_t h = 0; h < H; ++h) {
+        const std::int64_t row = (b * c.queries + t) * H + h;
+        std::vector<double> logits, v(listed.size() * D, 0.0);
+        for (std::size_t k = 0; k < listed.size(); ++k) {
+          const double* lat = &l.latent[(b * c.capacity + listed[k]) * R];
+          double dot = l.rope_dot(row, b, listed[k]);
+          for (std::int64_t d = 0; d < D; ++d) {
+            double key = 0;
+            for (std::int64_t r = 0; r < R; ++r) {
+              key += lat[r] * l.w_uk[(r * H + h) * D + d];
+              v[k * D + d] += lat[r] * l.w_uv[(r * H + h) * D + d];
+            }
+            dot += l.q[row * D + d] * key;
+          }
+          logits.push_back(scale * dot);
+        }
+        double top = *std::max_element(logits.begin(), logits.end());
+        if (!sinks.empty()) top = std::max(top, sinks[h]);
+        double sum = sinks.empty() ? 0.0 : std::exp(sinks[h] - top);
+        for (double& x : logits) sum += (x = std::exp(x - top));
+        for (std::size_t k = 0; k < listed.size(); ++k)
+          for (std::int64_t d = 0; d < D; ++d) out[row * D + d] += logits[k] / sum * v[k * D + d];
+        (*lse)[row] = top + std::log(sum);
+      }
+    }
+  return out;
+}
+
+/// Runs a with opt and checks out and lse against listed_reference.
+template <class T>
+void expect_listed(const Logical& l, const CacheArguments<T>& a, const Options& opt,
+                   const std::function<std::vector<int>(std::int64_t, std::int64_t)>& keys,
+                   const std::vector<double>& sinks) {
+  CachePlan<T> plan(Space(), cache_shape(a, opt), opt);
+  plan.execute(Space(), a);
+  std::vector<double> want_lse, want = listed_reference(l, keys, sinks, opt, &want_lse);
+  std::vector<double> out = Problem<T>::host_copy(a.out), lse = Problem<T>::host_copy(a.lse);
+  expect_idle_rows_empty(out, lse, want, want_lse, l.c.head_dim);
+  EXPECT_TRUE(close(out, want, tolerance<T>(), shape_of(l.c))) << plan.describe();
+  EXPECT_TRUE(close(lse, want_lse, tolerance<T>(), lse_shape_of(l.c))) << plan.describe();
+}
+
+template <class T>
+typename decltype(CacheArguments<T>::sinks)::non_const_type device_sinks(const std::vector<double>& sinks) {
+  typename decltype(CacheArguments<T>::sinks)::non_const_type v("sinks", sinks.size());
+  auto h = Kokkos::create_mirror_view(v);
+  for (std::size_t i = 0; i < sinks.size(); ++i) h(i) = sinks[i];
+  Kokkos::deep_copy(v, h);
+  return v;
+}
+
+// Sparse (top-k) attention: random index lists with -1 entries, repeats, any
+// order, more entries than a sequence has tokens, a row whose entries are all
+// unused and an idle sequence; with and without sinks; splits 0, 1 and 3.
+TYPED_TEST(Cache, SparseIndicesMatchReference) {
+  using T = TypeParam;
+  const std::int64_t topk = 24;
+  std::uint64_t seed = 1200;
+  for (const CacheCase& c : {CacheCase{3, 2, 4, 6, 8, 2, 40, 8, false, {40, 17, 0}},
+                             CacheCase{2, 1, 3, 5, 4, 0, 30, 0, false, {30, 9}},
+                             CacheCase{2, 3, 2, 4, 6, 3, 32, 16, true, {32, 20}}})
+    for (bool with_sinks : {false, true})
+      for (int splits : {0, 1, 3}) {
+        SCOPED_TRACE(describe(c) + " sinks=" + std::to_string(with_sinks) +
+                     " splits=" + std::to_string(splits));
+        const Logical l(c, ++seed);
+        const DeviceCache<T> dc(l, seed);
+        CacheArguments<T> a = arguments(l, dc);
+        std::mt19937_64 rng(seed);
+        std::vector<int> lists(c.batch * c.queries * topk);
+        for (std::int64_t b = 0; b < c.batch; ++b)
+          for (std::int64_t t = 0; t < c.queries; ++t)
+            for (std::int64_t k = 0; k < topk; ++k) {
+              const bool unused = c.lengths[b] == 0 || (b == 0 && t == 1) || rng() % 4 == 0;
+              lists[(b * c.queries + t) * topk + k] = unused ? -1 : int(rng() % c.lengths[b]);
+            }
+        Kokkos::View<int***, Kokkos::LayoutRight, Space> indices("indices", c.batch, c.queries, topk);
+        auto h = Kokkos::create_mirror_view(indices);
+        std::copy(lists.begin(), lists.end(), h.data());
+        Kokkos::deep_copy(indices, h);
+        a.indices = indices;
+        std::vector<double> sinks;
+        if (with_sinks)
+          for (std::int64_t i = 0; i < c.heads; ++i) sinks.push_back(1.5 * std::sin(double(i + seed)));
+        if (with_sinks) a.sinks = device_sinks<T>(sinks);
+        Options opt;
+        opt.kv_splits = splits;
+        const CacheShape shape = cache_shape(a, opt);
+        EXPECT_EQ(shape.topk, topk);
+        EXPECT_EQ(CachePlan<T>(Space(), shape, opt).path(), Path::CacheLatent);
+        expect_listed(
+            l, a, opt,
+            [&](std::int64_t b, std::int64_t t) {
+              return std::vector<int>(lists.begin() + (b * c.queries + t) * topk,
+                                      lists.begin() + (b * c.queries + t + 1) * topk);
+            },
+            sinks);
+      }
+}
+
+// Index lists and sinks that do not fit the problem are rejected before any
+// launch, naming them.
+TYPED_TEST(Cache, SparseBadInputIsRejectedBeforeAnyWrite) {
+  using T = TypeParam;
+  const CacheCase c{2, 1, 3, 4, 6, 0, 16, 4, false, {16, 5}};
+  const Logical l(c, 31);
+  const DeviceCache<T> dc(l, 31);
+  const CacheArguments<T> good = arguments(l, dc);
+  auto run = [&](const CacheArguments<T>& a) { return [a] { cache_attention(Space(), a); }; };
+  auto with_indices = [&](std::int64_t b, std::int64_t t, std::int64_t k, std::vector<int> values) {
+    Kokkos::View<int***, Kokkos::LayoutRight, Space> v("indices", b, t, k);
+    auto h = Kokkos::create_mirror_view(v);
+    for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = i < values.size() ? values[i] : -1;
+    Kokkos::deep_copy(v, h);
+    CacheArguments<T> a = good;
+    a.indices = v;
+    return a;
+  };
+  expect_rejected<T>(run(with_indices(2, 1, 3, {0, 15, -1, 4, 5, 1})), {"indices(1, 0, 1) = 5", "[-1, 5)"},
+                     good.out);
+  expect_rejected<T>(run(with_indices(2, 1, 3, {-2})), {"indices(0, 0, 0) = -2"}, good.out);
+  expect_rejected<T>(run(with_indices(3, 1, 3, {})), {"indices.extent(0) = 3", "q.extent(0) = 2"}, good.out);
+  expect_rejected<T>(run(with_indices(2, 1, 0, {})), {"indices (2, 1, 0) has an empty extent 2"}, good.out);
+  CacheArguments<T> a = good;
+  a.sinks = device_sinks<T>({0.5, 0.5});
+  expect_rejected<T>(run(a), {"sinks.extent(0) = 2", "q.extent(2) = 3"}, good.out);
+}
+
+// Sinks on dense attention, every path that takes the case, with lse asked
+// for and without (the plan keeps its own): against the reference.
+TYPED_TEST(Cache, SinksOnEveryPathMatchReference) {
+  using T = TypeParam;
+  std::uint64_t seed = 1300;
+  int ran = 0;
+  for (const CacheCase& c : {CacheCase{3, 2, 4, 6, 4, 2, 40, 8, false, {40, 17, 0}},
+                             CacheCase{2, 1, 3, 5, 24, 4, 30, 0, true, {30, 9}}})
+    for (Path path : {Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+      for (bool with_lse : {true, false}) {
+        SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " lse=" + std::to_string(with_lse));
+        const Logical l(c, ++seed);
+        const DeviceCache<T> dc(l, seed);
+        CacheArguments<T> a = arguments(l, dc);
+        std::vector<double> sinks;
+        for (std::int64_t i = 0; i < c.heads; ++i) sinks.push_back(double(i) - 1.0);
+        a.sinks = device_sinks<T>(sinks);
+        Options opt;
+        opt.path = path;
+        try {
+          CachePlan<T>(Space(), cache_shape(a), opt);
+        } catch (const std::invalid_argument&) {
+          continue;  // the path does not take the case here
+        }
+        ++ran;
+        if (with_lse) {
+          expect_listed(
+              l, a, opt,
+              [&](std::int64_t b, std::int64_t t) {
+                std::vector<int> all(std::max<std::int64_t>(0, c.lengths[b] - c.queries + t + 1));
+                std::iota(all.begin(), all.end(), 0);
+                return all;
+              },
+              sinks);
+        } else {
+          CacheArguments<T> without = a;
+          without.lse = {};
+          CachePlan<T>(Space(), cache_shape(without), opt).execute(Space(), without);
+          CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
+          const std::vector<double> x = Problem<T>::host_copy(without.out), y = Problem<T>::host_copy(a.out);
+          for (std::size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], y[i]) << "element " << i;
+        }
+      }
+  EXPECT_GE(ran, 4);
 }
 
 TYPED_TEST(Cache, WideRowsMatchReference) {

@@ -64,7 +64,7 @@ template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
   using Kernel = DecodeTensorKernel<Scalar, 64>;
   const CacheShape& s = p.shape;
-  return s.latent_dim == Kernel::kRank && (s.rope_dim == Kernel::kRope || s.rope_dim == 0) &&
+  return s.topk == 0 && s.latent_dim == Kernel::kRank && (s.rope_dim == Kernel::kRope || s.rope_dim == 0) &&
          p.backend.compute_capability >= 80 &&
          scratch_bytes<Scalar>(s.rope_dim) <=
              p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch));

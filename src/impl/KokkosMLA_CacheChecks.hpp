@@ -13,7 +13,7 @@ inline bool absent(const ArgInfo& a) { return a.data == nullptr && a.bytes == 0;
 struct CacheArgInfo {
   ArgInfo q, q_rope, w_uk, w_uv, out, lse;
   ArgInfo latent, k_rope, block_table, seqlens;
-  ArgInfo query_offsets;
+  ArgInfo query_offsets, indices, sinks;
 };
 
 template <class Scalar, class MemorySpace>
@@ -28,7 +28,9 @@ CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace>& a) {
           describe("cache.k_rope", a.cache.k_rope),
           describe("cache.block_table", a.cache.block_table),
           describe("cache.seqlens", a.cache.seqlens),
-          describe("query_offsets", a.query_offsets)};
+          describe("query_offsets", a.query_offsets),
+          describe("indices", a.indices),
+          describe("sinks", a.sinks)};
 }
 
 /// Extents of every argument against each other; returns the shape. With
@@ -83,6 +85,21 @@ void require_same_cache_shape(const char* caller, const CacheShape& planned, con
 void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t batch, const int* table,
                             std::int64_t table_ld, std::int64_t page_size, std::int64_t pages,
                             std::int64_t min_length, std::int64_t capacity);
+
+/// Every entry of the (B, Tq, topk) host indices in [-1, seqlens(b)).
+void validate_sparse_indices(const char* caller, const int* indices, const int* seqlens, std::int64_t batch,
+                             std::int64_t queries, std::int64_t topk);
+
+/// a's sparse indices read on the host with seqlens (after waiting for exec)
+/// and checked as above.
+template <class ExecSpace, class Arguments>
+void check_sparse_indices(const char* caller, const ExecSpace& exec, const Arguments& a) {
+  const auto indices = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.indices);
+  const auto lengths = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.cache.seqlens);
+  exec.fence();
+  validate_sparse_indices(caller, indices.data(), lengths.data(), std::int64_t(a.indices.extent(0)),
+                          std::int64_t(a.indices.extent(1)), std::int64_t(a.indices.extent(2)));
+}
 
 /// Reads seqlens and the block table on the host (in place when the host can
 /// reach them, else through labelled host copies) after waiting for exec, and

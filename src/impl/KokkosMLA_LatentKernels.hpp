@@ -67,13 +67,19 @@ LatentKeys<Scalar> latent_keys(const Cache& cache, std::int64_t rank, std::int64
   return k;
 }
 
-/// Reads element (i, j) of keys s0 + i of sequence b, column j of a cache array.
+/// Reads element (i, j) of keys s0 + i of sequence b, column j of a cache
+/// array; with `positions` (sparse attention), of key positions[s0 + i]
+/// instead, 0 where that is -1 (an unused entry, masked).
 template <class T>
 struct KeyRows {
   const LatentKeys<T>* keys;
   const T* base;
   std::int64_t ld, b, s0;
-  KOKKOS_INLINE_FUNCTION T operator()(int i, int j) const { return base[keys->row(b, s0 + i) * ld + j]; }
+  const int* positions = nullptr;
+  KOKKOS_INLINE_FUNCTION T operator()(int i, int j) const {
+    const std::int64_t s = positions ? std::int64_t(positions[s0 + i]) : s0 + i;
+    return s < 0 ? T(0) : base[keys->row(b, s) * ld + j];
+  }
 };
 
 struct LatentTiles {
@@ -122,6 +128,10 @@ struct LatentKernel {
   T scale = 1;
   bool causal = true;
   int scratch_level = 0;
+  // Sparse attention: (B, T, topk) key positions of each query row, -1
+  // unused; teams then own one token each (tiles.tokens = 1).
+  const int* indices = nullptr;
+  std::int64_t topk = 0;
 
   /// Element offsets of the team's scratch arrays; a step's unused ones are empty.
   struct Layout {
@@ -244,8 +254,9 @@ struct LatentKernel {
     std::int64_t begin, end;
   };
   KOKKOS_INLINE_FUNCTION KeyRange key_range(const Block& k) const {
-    const std::int64_t length = cache.length(k.b);
-    KeyRange r{0, last_key(k, k.tokens - 1) + 1};  // the block's last token sees the most
+    // Sparse: the entries of the token's index list; dense: the block's last token sees the most.
+    const std::int64_t length = indices ? topk : cache.length(k.b);
+    KeyRange r{0, indices ? topk : last_key(k, k.tokens - 1) + 1};
     if (Step == LatentStep::Split) {
       // Parts are whole key tiles of the sequence, the same for every block.
       const std::int64_t per_part = (length + splits - 1) / splits;
@@ -261,26 +272,41 @@ struct LatentKernel {
   KOKKOS_INLINE_FUNCTION void attend(const Member& team, const Block& k, Mat<T> qa, Mat<T> qr, T* stage,
                                      Mat<T> p, SoftmaxRows<T> st, T* partial, Mat<T> oa) const {
     const int rows = k.rows(), r = int(rank), dr = int(rope_dim);
-    auto visible = [&](int i) { return last_key(k, i); };
+    // Sparse: every entry is a key position (unused ones masked below).
+    const int* positions = indices ? indices + (k.b * queries + k.t0) * topk : nullptr;
+    auto visible = [&](int i) { return positions ? topk - 1 : last_key(k, i); };
     const KeyRange range = key_range(k);
     const Mat<T> latent_tile{stage, rank + 1}, rope_tile{stage + tiles.key_tile * (rank + 1), rope_dim + 1};
     softmax_init(team, rows, st);
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += tiles.key_tile) {
       const int n = int(min_of<std::int64_t>(tiles.key_tile, range.end - s0));
-      team_gather(team, n, r, KeyRows<T>{&cache, cache.latent, cache.latent_ld, k.b, s0}, latent_tile);
+      team_gather(team, n, r, KeyRows<T>{&cache, cache.latent, cache.latent_ld, k.b, s0, positions},
+                  latent_tile);
       team_gemm_long_k(team, rows, n, r, T(1), Mat<const T>{qa.ptr, qa.ld},
                        TransposedB<T>{latent_tile.ptr, latent_tile.ld}, p, false, partial);
       if (dr > 0) {
-        team_gather(team, n, dr, KeyRows<T>{&cache, cache.rope, cache.rope_ld, k.b, s0}, rope_tile);
+        team_gather(team, n, dr, KeyRows<T>{&cache, cache.rope, cache.rope_ld, k.b, s0, positions},
+                    rope_tile);
         team_gemm_long_k(team, rows, n, dr, scale, Mat<const T>{qr.ptr, qr.ld},
                          TransposedB<T>{rope_tile.ptr, rope_tile.ld}, p, true, partial);
       }
+      if (positions) mask_unused(team, rows, n, positions + s0, p);
       softmax_update(team, rows, n, s0, visible, p, st);
       team_gemm(team, rows, r, n, T(1), Mat<const T>{p.ptr, p.ld}, PlainB<T>{latent_tile.ptr, latent_tile.ld},
                 oa, st.rescale, s0 > range.begin);
     }
     softmax_normalize(team, rows, r, oa, st);
     store_lse(team, k, rows, st);
+  }
+
+  /// Logits of unused index entries (-1) to -inf: they weigh 0, and a row
+  /// whose entries are all unused ends as a row that saw no key.
+  KOKKOS_INLINE_FUNCTION static void mask_unused(const Member& team, int rows, int n, const int* positions,
+                                                 Mat<T> p) {
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * n), [&](const int e) {
+      if (positions[e % n] < 0) p(e / n, e % n) = negative_infinity<T>();
+    });
+    team.team_barrier();
   }
 
   /// oa = the parts' oa weighted by exp(their lse), normalised; lse = the

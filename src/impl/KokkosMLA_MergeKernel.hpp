@@ -2,7 +2,8 @@
 #define KOKKOSMLA_MERGEKERNEL_HPP
 // merge_states: one thread per (batch, token, head) row, so that each row's
 // weights are computed once and every element is read before the same thread
-// writes it (which makes in-place accumulation safe).
+// writes it (which makes in-place accumulation safe). Attention sinks are the
+// same merge with a part that has no value.
 
 #include "KokkosMLA_OnlineSoftmax.hpp"
 
@@ -44,6 +45,39 @@ struct MergeKernel {
     return lse_side == -negative_infinity<T>() ? T(0) * value : share * value;
   }
 };
+
+/// Attention sinks: each row merged with a part whose lse is its head's sink
+/// and whose value is 0, so out shrinks by the row's share and lse grows to
+/// log(exp(lse) + exp(sink)). A row with no key (lse +inf) keeps out 0, lse +inf.
+template <class T, class C>
+struct SinkKernel {
+  T* out;          // (rows, dim)
+  C* lse;          // (rows)
+  const C* sinks;  // (heads); row r is head r % heads
+  std::int64_t heads, dim;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t row) const {
+    const C l = lse[row];
+    if (l == -negative_infinity<C>()) return;
+    const C sink = sinks[row % heads];
+    LseMerge<C> merge;
+    merge.see(l);
+    merge.see(sink);
+    const C w = merge.add(l);
+    merge.add(sink);
+    const C kept = merge.share(w);
+    for (std::int64_t j = 0; j < dim; ++j) out[row * dim + j] = T(C(out[row * dim + j]) * kept);
+    lse[row] = merge.lse();
+  }
+};
+
+template <class ExecSpace, class T, class C>
+void add_sinks(const ExecSpace& exec, T* out, C* lse, const C* sinks, std::int64_t rows, std::int64_t heads,
+               std::int64_t dim) {
+  Kokkos::parallel_for("KokkosMLA::CacheAttention::sinks",
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows),
+                       SinkKernel<T, C>{out, lse, sinks, heads, dim});
+}
 
 }  // namespace Impl
 }  // namespace KokkosMLA

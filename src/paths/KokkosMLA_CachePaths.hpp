@@ -9,7 +9,7 @@
 //     products over 32-key tiles in large team scratch; GPUs);
 //   CacheLatent: the latent kernel absorbs, attends and up-projects in one
 //     launch, or with split-KV one that attends in parts and one that merges
-//     and up-projects.
+//     and up-projects; the one path of sparse (top-k) attention.
 
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_DecodeBlockedKernel.hpp"
@@ -77,15 +77,20 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     in.teams_per_part = double(s.batch * ((s.queries + f.tiles.tokens - 1) / f.tiles.tokens) *
                                ((s.heads + f.tiles.heads - 1) / f.tiles.heads));
     in.slots = p.backend.resident_teams(d, f.bytes);
-    in.capacity = s.capacity;
+    in.capacity = keys_per_row(s);
     in.min_part = 4 * std::int64_t(f.tiles.key_tile);
     return in;
   }
 
+  /// The keys a query row attends to at most: its index list, or its sequence.
+  static std::int64_t keys_per_row(const CacheShape& s) { return s.topk > 0 ? s.topk : s.capacity; }
+
   /// The latent tiles both paths start from: Split and Fused attend alike.
+  /// Sparse attention gives each query token its own keys: a team owns one.
   static Fitted<LatentTiles> latent_fit(const CacheProblem& p) {
-    return latent_tiles(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(p.shape, 1), p.shape.capacity,
-                        p.backend);
+    CacheShape s = p.shape;
+    if (s.topk > 0) s.queries = 1;
+    return latent_tiles(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(s, 1), keys_per_row(s), p.backend);
   }
 
  protected:
@@ -114,6 +119,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
     k.workspace = workspace_.data();
     k.parts = workspace_.data() + parts_at_;
+    k.indices = a.indices.size() > 0 ? a.indices.data() : nullptr;
+    k.topk = s.topk;
     return k;
   }
 
@@ -178,7 +185,7 @@ class CacheLatentPath final : public PortableCache<Scalar, ExecSpace> {
   using Base = PortableCache<Scalar, ExecSpace>;
 
  public:
-  /// The last cache path: takes whatever reaches it.
+  /// The last cache path: takes whatever reaches it, sparse attention too.
   static bool applicable(const CacheProblem&) { return true; }
 
   CacheLatentPath(const ExecSpace&, const CacheProblem& p)
@@ -206,8 +213,10 @@ class CacheRegistersPath final : public PortableCache<Scalar, ExecSpace> {
 
  public:
   /// When the register kernel's rows and columns fit level-0 scratch and a
-  /// team: on GPUs for R up to 4 * 128, on hosts (one thread per team) only for R <= 4.
+  /// team: on GPUs for R up to 4 * 128, on hosts (one thread per team) only
+  /// for R <= 4. Dense attention only.
   static bool applicable(const CacheProblem& p) {
+    if (p.shape.topk > 0) return false;
     const Fitted<LatentTiles> d = register_fit(p);
     return d.level == 0 && register_prototype(p).fits(d.tiles, p.backend.team_size);
   }
@@ -253,10 +262,11 @@ class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
   using Prototype = DecodeBlockedKernel<ExecSpace, Scalar, LatentStep::Split>;
 
  public:
-  /// On GPUs whose team scratch holds the kernel's tiles, for R <= 512 and R + Dr <= 576.
+  /// On GPUs whose team scratch holds the kernel's tiles, for R <= 512 and
+  /// R + Dr <= 576; dense attention only.
   static bool applicable(const CacheProblem& p) {
     const CacheShape& s = p.shape;
-    return !p.backend.host && Prototype::fits(s.latent_dim, s.rope_dim) &&
+    return !p.backend.host && s.topk == 0 && Prototype::fits(s.latent_dim, s.rope_dim) &&
            Prototype::scratch_bytes_for(s.latent_dim, s.rope_dim) <= p.backend.scratch_budget(demand(p));
   }
 

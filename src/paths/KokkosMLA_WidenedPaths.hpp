@@ -147,6 +147,7 @@ class WidenedCachePath final : public PlannedCache<Scalar, ExecSpace> {
     f.w_uv = typename Float::ConstRank3(widen(a.w_uv.data(), weights), s.latent_dim, s.heads, s.head_dim);
     f.out = typename Float::Rank4(pieces.take(rows * s.head_dim), s.batch, s.queries, s.heads, s.head_dim);
     f.lse = a.lse;
+    f.indices = a.indices;  // sinks: added by the outer plan
     widened_.plan.execute(exec, f);
     convert(exec, "KokkosMLA::narrow", f.out.data(), a.out.data(), rows * s.head_dim);
   }
