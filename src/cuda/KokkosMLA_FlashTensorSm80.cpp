@@ -30,6 +30,16 @@ void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, 
          typename Kernel::bounds());
 }
 
+/// The kernel for the problem's head dimension, 64 or 128.
+template <class T, class Products = T>
+void launch_for_head_dim(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, const T* q,
+                         const T* k, const T* v, T* out, float* lse) {
+  if (s.head_dim == 64)
+    launch_flash_tensor<T, 64, Products>(exec, s, scale, causal, q, k, v, out, lse);
+  else
+    launch_flash_tensor<T, 128, Products>(exec, s, scale, causal, q, k, v, out, lse);
+}
+
 /// The kernel's scratch per team for head dimension d.
 template <class T>
 std::size_t scratch_bytes(std::int64_t d) {
@@ -89,19 +99,11 @@ void FlashTensorSm80Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Ca
   const bool causal = problem_.options.causal;
   if constexpr (std::is_same<Scalar, float>::value) {
     if (split) {
-      if (s.head_dim == 64)
-        launch_flash_tensor<float, 64, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(),
-                                                  c.lse);
-      else
-        launch_flash_tensor<float, 128, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(),
-                                                   c.lse);
+      launch_for_head_dim<float, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
       return;
     }
   }
-  if (s.head_dim == 64)
-    launch_flash_tensor<Scalar, 64>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
-  else
-    launch_flash_tensor<Scalar, 128>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
+  launch_for_head_dim<Scalar>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);
 }
 
 template class FlashTensorSm80Path<float, Kokkos::Cuda>;
