@@ -83,8 +83,10 @@ constexpr bool check_view() {
   static_assert(std::is_same<typename V::non_const_value_type, Scalar>::value,
                 "KokkosMLA: q, latent, w_uk, w_uv and out must hold the same scalar type, and lse "
                 "its compute_type (float for half_t and bhalf_t)");
-  static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value,
-                "KokkosMLA: views must be LayoutRight (row-major)");
+  static_assert(std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value ||
+                    std::is_same<typename V::array_layout, Kokkos::LayoutLeft>::value ||
+                    std::is_same<typename V::array_layout, Kokkos::LayoutStride>::value,
+                "KokkosMLA: views must be LayoutRight, LayoutLeft or LayoutStride");
   static_assert(Kokkos::SpaceAccessibility<ExecSpace, typename V::memory_space>::accessible,
                 "KokkosMLA: a view's memory space is not accessible from the execution space");
   static_assert(!IsOutput || !std::is_const<typename V::value_type>::value,
@@ -105,20 +107,58 @@ constexpr bool check_views() {
          check_view<compute_type<Scalar>, ExecSpace, LS, 3, true>();
 }
 
+/// describe() of a prefill argument, which may have any layout and gaps:
+/// what is not a contiguous row-major array is copied into one (row_major).
+template <class V>
+ArgInfo describe_any_layout(const char* name, const V& v) {
+  ArgInfo a = describe(name, v);
+  a.contiguous = true;
+  return a;
+}
+
 template <class Q, class L, class WK, class WV, class O>
 Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                       const O& out) {
-  return validate_arguments(caller, describe("q", q), describe("latent", latent), describe("w_uk", w_uk),
-                            describe("w_uv", w_uv), describe("out", out));
+  return validate_arguments(caller, describe_any_layout("q", q), describe_any_layout("latent", latent),
+                            describe_any_layout("w_uk", w_uk), describe_any_layout("w_uv", w_uv),
+                            describe_any_layout("out", out));
 }
 
 template <class Q, class L, class WK, class WV, class O, class LS>
 Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                       const O& out, const LS& lse) {
   const Shape s = validated_shape(caller, q, latent, w_uk, w_uv, out);
-  validate_lse(caller, describe("lse", lse), describe("q", q), describe("latent", latent),
-               describe("w_uk", w_uk), describe("w_uv", w_uv), describe("out", out));
+  validate_lse(caller, describe_any_layout("lse", lse), describe_any_layout("q", q),
+               describe_any_layout("latent", latent), describe_any_layout("w_uk", w_uk),
+               describe_any_layout("w_uv", w_uv), describe_any_layout("out", out));
   return s;
+}
+
+/// Whether the kernels read v as it is: row-major without gaps.
+template <class V>
+bool is_row_major(const V& v) {
+  return std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value && v.span_is_contiguous();
+}
+
+/// A row-major view of v's extents and value type: v itself (unmanaged) when
+/// it is row-major, else a new one, filled from v on exec when `fill`.
+template <class ExecSpace, class V>
+Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_space> row_major(
+    const ExecSpace& exec, const V& v, bool fill) {
+  using R = Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_space>;
+  using Copy = Kokkos::View<typename V::non_const_data_type, Kokkos::LayoutRight, typename V::memory_space>;
+  static_assert(int(V::rank) == 3 || int(V::rank) == 4, "rank 3 or 4");
+  auto make = [&](auto&& first, auto... rest) {
+    if (is_row_major(v)) return R(first, rest...);
+    const Copy copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::row_major_copy"), rest...);
+    if (fill) Kokkos::deep_copy(exec, copy, v);
+    return R(copy);
+  };
+  if constexpr (int(V::rank) == 3) {
+    return make(v.data(), v.extent(0), v.extent(1), v.extent(2));
+  } else {
+    return make(v.data(), v.extent(0), v.extent(1), v.extent(2), v.extent(3));
+  }
 }
 
 }  // namespace Impl
@@ -167,7 +207,7 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out));
-    run(exec, unmanaged(q, latent, w_uk, w_uv, out, nullptr));
+    run_row_major(exec, q, latent, w_uk, w_uv, out, static_cast<const NoLse*>(nullptr));
   }
 
   /// As above, and also lse (B, T, H) of compute_type<Scalar>: the natural log
@@ -179,7 +219,7 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
-    run(exec, unmanaged(q, latent, w_uk, w_uv, out, lse.data()));
+    run_row_major(exec, q, latent, w_uk, w_uv, out, &lse);
   }
 
   /// The algorithm the chosen path computes (Fused, Absorbed or Decompressed).
@@ -207,6 +247,30 @@ class Plan {
             lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
+
+  struct NoLse {};
+  /// run() on row-major views of the arguments: the arguments themselves
+  /// where they are row-major without gaps, else copies (outputs copied back).
+  template <class Q, class L, class WK, class WV, class O, class LS>
+  void run_row_major(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+                     const O& out, const LS* lse) const {
+    // Named: the copies must live until the launches that read them are done.
+    const auto q_rows = Impl::row_major(exec, q, true), latent_rows = Impl::row_major(exec, latent, true);
+    const auto w_uk_rows = Impl::row_major(exec, w_uk, true), w_uv_rows = Impl::row_major(exec, w_uv, true);
+    const auto out_rows = Impl::row_major(exec, out, false);
+    if constexpr (std::is_same<LS, NoLse>::value) {
+      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, nullptr));
+    } else {
+      const auto lse_rows = Impl::row_major(exec, *lse, false);
+      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, lse_rows.data()));
+      if (lse_rows.data() != lse->data()) Kokkos::deep_copy(exec, *lse, lse_rows);
+    }
+    if (out_rows.data() != out.data()) Kokkos::deep_copy(exec, out, out_rows);
+    // Copies are freed here: wait for the kernels that read them.
+    if (q_rows.data() != q.data() || latent_rows.data() != latent.data() || w_uk_rows.data() != w_uk.data() ||
+        w_uv_rows.data() != w_uv.data())
+      exec.fence();
+  }
 
   Shape shape_;
   Options options_;

@@ -173,6 +173,57 @@ TYPED_TEST(AttentionTyped, AlgorithmsAgree) {
   EXPECT_TRUE(close(outs[2], outs[0], 2 * tolerance<TypeParam>(), s));
 }
 
+// Views of every layout: LayoutLeft copies (a GPU's default layout), slices
+// of wider arrays with unit stride in the last dimension (DeepSeek's q and
+// latent arrive as such slices), a LayoutLeft out and a strided lse give the
+// row-major result bit for bit, for every algorithm, through attention() and
+// Plan::execute.
+TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
+  using T = TypeParam;
+  using C = compute_type<T>;
+  using Left4 = Kokkos::View<T****, Kokkos::LayoutLeft, Space>;
+  using Left3 = Kokkos::View<T***, Kokkos::LayoutLeft, Space>;
+  const Shape s{2, 21, 29, 3, 8, 12};
+  Problem<T> p(s, 17);
+  const auto all = Kokkos::ALL;
+  Left4 q_left("q_left", s.batch, s.queries, s.heads, s.head_dim),
+      out_left("out_left", s.batch, s.queries, s.heads, s.head_dim);
+  Left3 w_uk_left("w_uk_left", s.latent_dim, s.heads, s.head_dim);
+  Kokkos::deep_copy(q_left, p.q);
+  Kokkos::deep_copy(w_uk_left, p.w_uk);
+  View4<T> q_wide("q_wide", s.batch, s.queries, s.heads, s.head_dim + 5);
+  View3<T> latent_wide("latent_wide", s.batch, s.keys, s.latent_dim + 3);
+  const auto q_slice = Kokkos::subview(q_wide, all, all, all, std::make_pair(std::int64_t(0), s.head_dim));
+  const auto latent_slice =
+      Kokkos::subview(latent_wide, all, all, std::make_pair(std::int64_t(0), s.latent_dim));
+  Kokkos::deep_copy(q_slice, p.q);
+  Kokkos::deep_copy(latent_slice, p.latent);
+  Kokkos::View<C***, Kokkos::LayoutRight, Space> lse("lse", s.batch, s.queries, s.heads),
+      lse_wide("lse_wide", s.batch, s.queries, s.heads + 2);
+  const auto lse_slice = Kokkos::subview(lse_wide, all, all, std::make_pair(std::int64_t(0), s.heads));
+  View4<T> got("got", s.batch, s.queries, s.heads, s.head_dim);
+  Kokkos::View<C***, Kokkos::LayoutRight, Space> got_lse("got_lse", s.batch, s.queries, s.heads);
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    SCOPED_TRACE(to_string(a));
+    Options opt;
+    opt.algorithm = a;
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse, opt);
+    const std::vector<double> want = Problem<T>::host_copy(p.out), want_lse = Problem<T>::host_copy(lse);
+    Kokkos::deep_copy(out_left, T(std::nan("")));
+    attention(Space(), q_slice, latent_slice, w_uk_left, p.w_uv, out_left, lse_slice, opt);
+    Kokkos::deep_copy(got, out_left);
+    Kokkos::deep_copy(got_lse, lse_slice);
+    EXPECT_EQ(Problem<T>::host_copy(got), want);
+    EXPECT_EQ(Problem<T>::host_copy(got_lse), want_lse);
+    Kokkos::deep_copy(out_left, T(std::nan("")));
+    Plan<T, Space>(Space(), s, opt).execute(Space(), q_left, latent_slice, p.w_uk, w_uk_left, out_left);
+    Kokkos::deep_copy(got, out_left);
+    // w_uv given as w_uk: a different but equally valid problem; compare with it row-major.
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uk, p.out, opt);
+    EXPECT_EQ(Problem<T>::host_copy(got), Problem<T>::host_copy(p.out));
+  }
+}
+
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
   const Shape s{2, 33, 33, 4, 8, 24};
   for (Algorithm a : kAlgorithms) {
