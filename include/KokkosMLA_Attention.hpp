@@ -255,8 +255,10 @@ class Plan {
   void run_row_major(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                      const O& out, const LS* lse) const {
     // Named: the copies must live until the launches that read them are done.
-    const auto q_rows = Impl::row_major(exec, q, true), latent_rows = Impl::row_major(exec, latent, true);
-    const auto w_uk_rows = Impl::row_major(exec, w_uk, true), w_uv_rows = Impl::row_major(exec, w_uv, true);
+    const auto q_rows = Impl::row_major(exec, q, true);
+    const auto latent_rows = Impl::row_major(exec, latent, true);
+    const auto w_uk_rows = Impl::row_major(exec, w_uk, true);
+    const auto w_uv_rows = Impl::row_major(exec, w_uv, true);
     const auto out_rows = Impl::row_major(exec, out, false);
     if constexpr (std::is_same<LS, NoLse>::value) {
       run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, nullptr));
