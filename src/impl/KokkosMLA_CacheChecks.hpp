@@ -48,27 +48,22 @@ void require_cache_shape_fits(const char* caller, const CacheShape& planned, con
 std::int64_t validate_query_offsets(const char* caller, const int* offsets, std::int64_t batch,
                                     std::int64_t total, std::int64_t most);
 
-/// The query offsets of `a` read on the host (in place when the host can
-/// reach them, else through a labelled host copy, after waiting for exec) and
-/// checked as above; returns the most queries of one sequence.
+/// v's elements readable on the host once exec is done with them: v itself
+/// where the host reaches it, else a host copy.
+template <class ExecSpace, class V>
+auto on_host(const ExecSpace& exec, const V& v) {
+  exec.fence();
+  return Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), v);
+}
+
+/// The query offsets of `a` read on the host and checked as above; returns
+/// the most queries of one sequence.
 template <class ExecSpace, class Arguments>
 std::int64_t check_query_offsets(const char* caller, const ExecSpace& exec, const Arguments& a,
                                  std::int64_t most) {
-  const auto& offsets = a.query_offsets;
-  auto check = [&](const int* host) {
-    return validate_query_offsets(caller, host, std::int64_t(offsets.extent(0)) - 1,
-                                  std::int64_t(a.q.extent(1)), most);
-  };
-  using Memory = typename std::decay_t<decltype(offsets)>::memory_space;
-  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Memory>::accessible) {
-    exec.fence();
-    return check(offsets.data());
-  }
-  Kokkos::View<int*, Kokkos::HostSpace> host(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::query_offsets"), offsets.extent(0));
-  Kokkos::deep_copy(exec, host, offsets);
-  exec.fence();
-  return check(host.data());
+  const auto offsets = on_host(exec, a.query_offsets);
+  return validate_query_offsets(caller, offsets.data(), std::int64_t(offsets.extent(0)) - 1,
+                                std::int64_t(a.q.extent(1)), most);
 }
 
 /// The cache's own extents against the new tokens' for append_to_cache
@@ -90,13 +85,11 @@ void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t
 void validate_sparse_indices(const char* caller, const int* indices, const int* seqlens, std::int64_t batch,
                              std::int64_t queries, std::int64_t topk);
 
-/// a's sparse indices read on the host with seqlens (after waiting for exec)
-/// and checked as above.
+/// a's sparse indices read on the host with seqlens and checked as above.
 template <class ExecSpace, class Arguments>
 void check_sparse_indices(const char* caller, const ExecSpace& exec, const Arguments& a) {
-  const auto indices = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.indices);
-  const auto lengths = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.cache.seqlens);
-  exec.fence();
+  const auto indices = on_host(exec, a.indices);
+  const auto lengths = on_host(exec, a.cache.seqlens);
   validate_sparse_indices(caller, indices.data(), lengths.data(), std::int64_t(a.indices.extent(0)),
                           std::int64_t(a.indices.extent(1)), std::int64_t(a.indices.extent(2)));
 }
