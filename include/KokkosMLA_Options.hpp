@@ -30,6 +30,8 @@ enum class Path {
   CacheRegisters,        ///< cache attention: accumulators in registers, projections as team GEMMs (GPUs)
   CacheBlocked,          ///< cache attention: register-blocked products in large team scratch (GPUs)
   DecodeTensorSm80,      ///< cache attention: cuBLAS projections, the mma.sync decode kernel (16-bit)
+  DecompressedHost,      ///< prefill: K and V by GEMM, the flash kernel on a CPU core's vector unit (hosts)
+  CacheHost,             ///< cache attention: the attention on a CPU core's vector unit (hosts)
 };
 
 std::string to_string(Path p);

@@ -39,6 +39,7 @@ Algorithm algorithm_of(Path path) {
       return Algorithm::Absorbed;
     case Path::DecompressedPortable:
     case Path::DecompressedBlocked:
+    case Path::DecompressedHost:
     case Path::FlashTensorSm80:
       return Algorithm::Decompressed;
     default:

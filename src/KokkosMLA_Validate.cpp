@@ -37,6 +37,8 @@ std::string to_string(Path p) {
       return "DecompressedPortable";
     case Path::DecompressedBlocked:
       return "DecompressedBlocked";
+    case Path::DecompressedHost:
+      return "DecompressedHost";
     case Path::FlashTensorSm80:
       return "FlashTensorSm80";
     case Path::Widened:
@@ -49,6 +51,8 @@ std::string to_string(Path p) {
       return "CacheBlocked";
     case Path::DecodeTensorSm80:
       return "DecodeTensorSm80";
+    case Path::CacheHost:
+      return "CacheHost";
   }
   return "?";
 }

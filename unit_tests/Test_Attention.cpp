@@ -4,6 +4,8 @@
 
 #include "impl/KokkosMLA_Tiling.hpp"
 
+#include <map>
+
 namespace KokkosMLA {
 namespace Test {
 namespace {
@@ -156,6 +158,33 @@ TYPED_TEST(AttentionTyped, DecompressedOnEveryBlockedTileMatchesReference) {
       opt.causal = causal;
       check_against_reference<TypeParam>(s, opt, 19);
     }
+}
+
+// Every Decompressed path that takes a shape, forced through Options::path,
+// matches the reference on every shape, causal or not: hosts run their
+// vector-unit kernel and the portable one alike, GPUs the blocked and the portable one.
+TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
+  std::map<Path, int> ran;
+  for (const Shape& s : kShapes)
+    for (Path path : {Path::DecompressedHost, Path::DecompressedBlocked, Path::DecompressedPortable})
+      for (bool causal : {true, false}) {
+        SCOPED_TRACE(to_string(path) + " causal=" + std::to_string(causal));
+        Options opt;
+        opt.path = path;
+        opt.causal = causal;
+        try {
+          Plan<TypeParam, Space>(Space(), s, opt);
+        } catch (const std::invalid_argument&) {
+          continue;  // the path does not take the shape here
+        }
+        ++ran[path];
+        check_against_reference<TypeParam>(s, opt, 23);
+      }
+  const int every = int(2 * (sizeof(kShapes) / sizeof(kShapes[0])));
+  EXPECT_EQ(ran[Path::DecompressedPortable], every);
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+    EXPECT_EQ(ran[Path::DecompressedHost], every);
+  }
 }
 
 TYPED_TEST(AttentionTyped, AlgorithmsAgree) {

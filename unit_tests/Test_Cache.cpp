@@ -317,12 +317,10 @@ int expect_cases_match_reference(const std::vector<CacheCase>& cases, std::initi
         opt.causal = causal;
         opt.kv_splits = splits;
         CachePlan<T> plan(Space(), cache_shape(a), opt);
-        // Hosts run the register kernel for R <= 4; GPUs the blocked one in
-        // float where its tiles fit even 48 KB (R + Dr <= 32), or the register one.
+        // Hosts run the host kernel; GPUs the blocked one in float where its
+        // tiles fit even 48 KB (R + Dr <= 32), or the register one.
         if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
-          if (c.latent_dim <= 4) {
-            EXPECT_EQ(plan.path(), Path::CacheRegisters) << plan.describe();
-          }
+          EXPECT_EQ(plan.path(), Path::CacheHost) << plan.describe();
         } else if (std::is_same<T, float>::value && c.latent_dim + c.rope_dim <= 32) {
           EXPECT_EQ(plan.path(), Path::CacheBlocked) << plan.describe();
         } else {
@@ -598,18 +596,25 @@ TYPED_TEST(Cache, SparseIndicesMatchReference) {
         if (with_sinks)
           for (std::int64_t i = 0; i < c.heads; ++i) sinks.push_back(1.5 * std::sin(double(i + seed)));
         if (with_sinks) a.sinks = device_sinks<T>(sinks);
-        Options opt;
-        opt.kv_splits = splits;
-        const CacheShape shape = cache_shape(a, opt);
-        EXPECT_EQ(shape.topk, topk);
-        EXPECT_EQ(CachePlan<T>(Space(), shape, opt).path(), Path::CacheLatent);
-        expect_listed(
-            l, a, opt,
-            [&](std::int64_t b, std::int64_t t) {
-              return std::vector<int>(lists.begin() + (b * c.queries + t) * topk,
-                                      lists.begin() + (b * c.queries + t + 1) * topk);
-            },
-            sinks);
+        // The paths of sparse attention: the host kernel (hosts) and the latent kernel (every backend).
+        for (Path path : {Path::CacheHost, Path::CacheLatent}) {
+          Options opt;
+          opt.kv_splits = splits;
+          opt.path = path;
+          const CacheShape shape = cache_shape(a, opt);
+          EXPECT_EQ(shape.topk, topk);
+          if (path == Path::CacheHost &&
+              !Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible)
+            continue;
+          EXPECT_EQ(CachePlan<T>(Space(), shape, opt).path(), path);
+          expect_listed(
+              l, a, opt,
+              [&](std::int64_t b, std::int64_t t) {
+                return std::vector<int>(lists.begin() + (b * c.queries + t) * topk,
+                                        lists.begin() + (b * c.queries + t + 1) * topk);
+              },
+              sinks);
+        }
       }
 }
 
@@ -649,7 +654,7 @@ TYPED_TEST(Cache, SinksOnEveryPathMatchReference) {
   int ran = 0;
   for (const CacheCase& c : {CacheCase{3, 2, 4, 6, 4, 2, 40, 8, false, {40, 17, 0}},
                              CacheCase{2, 1, 3, 5, 24, 4, 30, 0, true, {30, 9}}})
-    for (Path path : {Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
       for (bool with_lse : {true, false}) {
         SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " lse=" + std::to_string(with_lse));
         const Logical l(c, ++seed);
@@ -702,7 +707,7 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
   std::map<Path, int> ran;
   std::uint64_t seed = 700;
   for (const CacheCase& c : cases())
-    for (Path path : {Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
       for (int splits : {1, 3}) {
         SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " splits=" + std::to_string(splits));
         const Logical l(c, ++seed);
@@ -725,8 +730,9 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
       }
   EXPECT_EQ(ran[Path::CacheLatent], int(2 * cases().size()));  // the last path takes everything
   EXPECT_GT(ran[Path::CacheRegisters], 0);
-  if (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible &&
-      std::is_same<T, float>::value) {
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+    EXPECT_EQ(ran[Path::CacheHost], int(2 * cases().size()));  // hosts: every case
+  } else if (std::is_same<T, float>::value) {
     EXPECT_GT(ran[Path::CacheBlocked], 0);
   }
 }

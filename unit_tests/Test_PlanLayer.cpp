@@ -165,7 +165,8 @@ TYPED_TEST(PathChoice, PathComputesTheAlgorithmAsked) {
         EXPECT_EQ(plan.path(), Path::Absorbed);
         break;
       default:
-        EXPECT_TRUE(plan.path() == Path::DecompressedPortable || plan.path() == Path::DecompressedBlocked)
+        EXPECT_TRUE(plan.path() == Path::DecompressedPortable || plan.path() == Path::DecompressedBlocked ||
+                    plan.path() == Path::DecompressedHost)
             << plan.describe();
     }
     EXPECT_NE(plan.describe().find("path=" + to_string(plan.path())), std::string::npos) << plan.describe();
@@ -174,17 +175,23 @@ TYPED_TEST(PathChoice, PathComputesTheAlgorithmAsked) {
   EXPECT_EQ(automatic.algorithm(), choose_algorithm<TypeParam>(Space(), s));
 }
 
-// Hosts run the portable kernels: the blocked flash kernel and the register
-// cache kernel are GPU paths (the register kernel runs on hosts for R <= 4).
-TYPED_TEST(PathChoice, HostsTakeThePortablePaths) {
+// Hosts run the kernels written for a core's vector unit, and the portable
+// ones when asked: the blocked flash kernel and the blocked cache kernel are
+// GPU paths (the register cache kernel runs on hosts for R <= 4).
+TYPED_TEST(PathChoice, HostsTakeTheHostPaths) {
   using Host = Kokkos::DefaultHostExecutionSpace;
   Options opt;
   opt.algorithm = Algorithm::Decompressed;
-  EXPECT_EQ((Plan<TypeParam, Host>(Host(), Shape{1, 256, 256, 2, 64, 32}, opt).path()),
-            Path::DecompressedPortable);
+  const Shape prefill{1, 256, 256, 2, 64, 32};
+  EXPECT_EQ((Plan<TypeParam, Host>(Host(), prefill, opt).path()), Path::DecompressedHost);
+  opt.path = Path::DecompressedPortable;
+  EXPECT_EQ((Plan<TypeParam, Host>(Host(), prefill, opt).path()), Path::DecompressedPortable);
   const CacheShape wide{2, 1, 4, 16, 64, 8, 128}, narrow{2, 1, 4, 16, 4, 0, 128};
-  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), wide).path()), Path::CacheLatent);
-  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), narrow).path()), Path::CacheRegisters);
+  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), wide).path()), Path::CacheHost);
+  Options portable;
+  portable.path = Path::CacheRegisters;
+  EXPECT_EQ((CachePlan<TypeParam, Host>(Host(), narrow, portable).path()), Path::CacheRegisters);
+  EXPECT_THROW((CachePlan<TypeParam, Host>(Host(), wide, portable)), std::invalid_argument);
 }
 
 // Options::path runs the path named, or the plan refuses with that name.
@@ -210,7 +217,7 @@ TYPED_TEST(PathChoice, ForcedPathIsTakenOrRefusedByName) {
 TEST(PathNames, EveryPathHasAName) {
   for (Path p : {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
                  Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters,
-                 Path::CacheBlocked, Path::DecodeTensorSm80})
+                 Path::CacheBlocked, Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost})
     EXPECT_NE(to_string(p), "?");
 }
 

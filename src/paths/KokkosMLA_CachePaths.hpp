@@ -7,12 +7,15 @@
 //   CacheBlocked: queries absorbed and outputs up-projected by team GEMMs,
 //     attention by DecodeBlockedKernel (16 rows per team, register-blocked
 //     products over 32-key tiles in large team scratch; GPUs);
+//   CacheHost: queries absorbed and outputs up-projected by team GEMMs,
+//     attention by DecodeHostKernel on a CPU core's vector unit (hosts);
 //   CacheLatent: the latent kernel absorbs, attends and up-projects in one
 //     launch, or with split-KV one that attends in parts and one that merges
 //     and up-projects; the one path of sparse (top-k) attention.
 
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_DecodeBlockedKernel.hpp"
+#include "impl/KokkosMLA_DecodeHostKernel.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
@@ -314,6 +317,60 @@ class CacheBlockedPath final : public PortableCache<Scalar, ExecSpace> {
     k.quad_cache = k.quad_rows();
     launch(exec, "KokkosMLA::CacheAttention::attend_blocked", k, Kernel::kThreads,
            this->config_.scratch_bytes, true, typename Kernel::bounds());
+  }
+};
+
+template <class Scalar, class ExecSpace>
+class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
+  using Base = PortableCache<Scalar, ExecSpace>;
+  using Prototype = DecodeHostKernel<ExecSpace, Scalar, LatentStep::Split>;
+
+ public:
+  static constexpr bool available = Base::available && is_host_space<ExecSpace>();
+  /// Every problem on a host, sparse attention too.
+  static bool applicable(const CacheProblem&) { return true; }
+
+  CacheHostPath(const ExecSpace&, const CacheProblem& p) : Base(p, host_fit(p), demand(), true) {
+    this->plan_projections();
+  }
+  static constexpr Path id = Path::CacheHost;
+  Path path() const override { return id; }
+  std::string describe() const override {
+    return "(vector unit, " + std::to_string(KOKKOSMLA_HOST_VECTOR_BYTES) + "B) " + this->describe_tiles();
+  }
+
+  void run(const ExecSpace& exec, const typename Base::Call& a) const override {
+    this->absorb_attend_project(exec, a, [&] {
+      if (this->splits_ == 1)
+        attend(exec, DecodeHostKernel<ExecSpace, Scalar, LatentStep::Attend>(
+                         this->template bound<LatentStep::Attend>(a)));
+      else
+        attend(exec, DecodeHostKernel<ExecSpace, Scalar, LatentStep::Split>(
+                         this->template bound<LatentStep::Split>(a)));
+    });
+  }
+
+ private:
+  static ScratchDemand demand() { return demand_of<Kokkos::LaunchBounds<>>(1, kAnyTeamScratch); }
+  /// Up to kRows rows of whole heads (else whole tokens of fewer heads), a
+  /// key tile of the kernel's; sparse attention one token per team.
+  static Fitted<LatentTiles> host_fit(const CacheProblem& p) {
+    const CacheShape& s = p.shape;
+    LatentTiles t;
+    t.heads = clamp_tile(s.heads, Prototype::kRows);
+    t.tokens = s.topk > 0 ? 1 : clamp_tile(s.queries, Prototype::kRows / t.heads);
+    t.key_tile = Prototype::Flash::kKeys;
+    t.weight_chunk = 1;  // the kernel stages no weights
+    Prototype k(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(s, 1));
+    k.tiles = t;
+    const std::size_t bytes = k.scratch_bytes(t);
+    return {t, bytes <= p.backend.scratch_max[0] ? 0 : 1, bytes};
+  }
+  template <class Kernel>
+  void attend(const ExecSpace& exec, Kernel k) const {
+    k.scratch_level = this->config_.scratch_level;
+    launch(exec, "KokkosMLA::CacheAttention::attend_host", k, 1, this->config_.scratch_bytes, false,
+           Kokkos::Schedule<Kokkos::Dynamic>());
   }
 };
 

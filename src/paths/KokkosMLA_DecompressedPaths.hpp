@@ -2,11 +2,13 @@
 #define KOKKOSMLA_DECOMPRESSEDPATHS_HPP
 // Decompressed prefill: K = latent W_uk and V = latent W_uv as one GEMM each
 // (Kokkos Kernels: cuBLAS or OpenBLAS through its TPLs) into the workspace,
-// then flash attention per (batch, head, query tile). Two paths differ in the
-// flash kernel: the register-blocked one on GPUs where its tile fits and is
-// well used, else the portable one (any backend, any team size).
+// then flash attention per (batch, head, query tile). Three paths differ in
+// the flash kernel: on hosts the one written for a core's vector unit; on
+// GPUs the register-blocked one where its tile fits and is well used; else
+// the portable one (any backend, any team size).
 
 #include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_FlashHostKernel.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <sstream>
@@ -50,9 +52,10 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     Kokkos::Profiling::popRegion();
     return ws;
   }
-  /// A flash kernel of type Kernel over K (and V after it) for the call, with its tiles or grid.
-  template <class Kernel, class Tiles>
-  Kernel flash_kernel(const Call& c, const Scalar* k, const Tiles& tiles, int scratch_level) const {
+  /// A flash kernel of type Kernel over K (and V after it) for the call, with
+  /// its tiles or grid (none for the host kernel, whose tiles are fixed).
+  template <class Kernel, class... Tiles>
+  Kernel flash_kernel(const Call& c, const Scalar* k, int scratch_level, const Tiles&... tiles) const {
     const Shape& s = problem_.shape;
     return Kernel{c.q.data(),
                   k,
@@ -64,7 +67,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
                   s.keys,
                   s.heads,
                   s.head_dim,
-                  tiles,
+                  tiles...,
                   Scalar(problem_.scale),
                   problem_.options.causal,
                   scratch_level};
@@ -95,7 +98,7 @@ class DecompressedPortablePath final : public DecompressedPrefill<Scalar, ExecSp
   }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
     const auto f = this->template flash_kernel<FlashAttentionKernel<ExecSpace, Scalar>>(
-        c, this->decompress(exec, c), fitted_.tiles, fitted_.level);
+        c, this->decompress(exec, c), fitted_.level, fitted_.tiles);
     launch(exec, "KokkosMLA::Decompressed::flash", f, this->problem_.backend.team_size, fitted_.bytes);
   }
 
@@ -140,12 +143,56 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
  private:
   template <FlashVariant V>
   void launch_variant(const ExecSpace& exec, const typename Base::Call& c, const Scalar* k) const {
-    const auto f = this->template flash_kernel<FlashBlockedOf<ExecSpace, Scalar, V>>(c, k, choice_.grid, 0);
+    const auto f = this->template flash_kernel<FlashBlockedOf<ExecSpace, Scalar, V>>(c, k, 0, choice_.grid);
     launch(exec, "KokkosMLA::Decompressed::flash", f, choice_.grid.team_threads, choice_.bytes, true,
            typename FlashBlock<V>::bounds());
   }
 
   FlashChoice choice_;
+};
+
+/// The host flash kernel: teams of one thread, dynamically scheduled (causal
+/// query tiles differ in work), tiles in level-0 scratch where Kokkos allows
+/// them there, else level 1 (both ordinary memory on a host).
+template <class Scalar, class ExecSpace>
+class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace> {
+  using Base = DecompressedPrefill<Scalar, ExecSpace>;
+  using Kernel = FlashHostKernel<ExecSpace, Scalar>;
+
+ public:
+  static constexpr bool available = Base::available && is_host_space<ExecSpace>();
+  static bool applicable(const PrefillProblem& p) { return p.wanted == Algorithm::Decompressed; }
+
+  DecompressedHostPath(const ExecSpace&, const PrefillProblem& p) : Base(p) {}
+  static constexpr Path id = Path::DecompressedHost;
+  Path path() const override { return id; }
+  std::string describe() const override {
+    const Kernel k = prototype();
+    std::ostringstream o;
+    o << "team_size=1 query_tile=" << Kernel::kRows << " flash=host key_tile=" << Kernel::Flash::kKeys
+      << " vector=" << KOKKOSMLA_HOST_VECTOR_BYTES << "B scratch=" << k.scratch_bytes() << "B@level"
+      << level(k);
+    return o.str();
+  }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    Kernel k = prototype();
+    const Scalar* kv = this->decompress(exec, c);
+    k = this->template flash_kernel<Kernel>(c, kv, level(k));
+    launch(exec, "KokkosMLA::Decompressed::flash_host", k, 1, k.scratch_bytes(), false,
+           Kokkos::Schedule<Kokkos::Dynamic>());
+  }
+
+ private:
+  Kernel prototype() const {
+    const Shape& s = this->problem_.shape;
+    Kernel k{};
+    k.queries = s.queries;
+    k.dim = s.head_dim;
+    return k;
+  }
+  int level(const Kernel& k) const {
+    return k.scratch_bytes() <= this->problem_.backend.scratch_max[0] ? 0 : 1;
+  }
 };
 
 }  // namespace Impl

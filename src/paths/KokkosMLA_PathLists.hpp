@@ -15,12 +15,12 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Prefill: 16-bit types end at Widened, float and double at Fused.
-using PrefillPaths = PathList<FlashTensorSm80Path, WidenedPrefillPath, DecompressedBlockedPath,
-                              DecompressedPortablePath, AbsorbedPath, FusedPath>;
+using PrefillPaths = PathList<FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath,
+                              DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-using CachePaths =
-    PathList<DecodeTensorSm80Path, WidenedCachePath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
+using CachePaths = PathList<DecodeTensorSm80Path, WidenedCachePath, CacheHostPath, CacheBlockedPath,
+                            CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA
