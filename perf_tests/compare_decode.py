@@ -70,37 +70,48 @@ def attention_row(B, Tq, H, S, impl, backend, ms, dtype="bfloat16"):
                 tflops=round(attention_flops(B, Tq, H, S) / ms / 1e9, 3))
 
 
+def torch_decode(torch, q, q_rope, lat, rope, wk, wv):
+    """PyTorch's absorbed decode (the baseline): one einsum per product."""
+    Tq, S = q.shape[1], lat.shape[1]
+    qa = torch.einsum("bthd,rhd->bthr", q, wk)
+    scores = torch.einsum("bthr,bsr->bths", qa, lat) + torch.einsum("bthe,bse->bths", q_rope, rope)
+    scores = scores * (1.0 / math.sqrt(D + DR))
+    if Tq > 1:  # query t sits at S - Tq + t
+        s = torch.arange(S, device=q.device)
+        t = torch.arange(Tq, device=q.device)
+        scores = scores.masked_fill((s[None, :] > S - Tq + t[:, None])[None, :, None, :], float("-inf"))
+    p = torch.softmax(scores, dim=-1)
+    return torch.einsum("bthr,rhd->bthd", torch.einsum("bths,bsr->bthr", p, lat), wv)
+
+
+def torch_decode_inputs(torch, B, Tq, H, S, dtype, dev):
+    """The baseline's random inputs: q, q_rope, latent, k_rope, w_uk, w_uv."""
+    g = torch.Generator(device=dev).manual_seed(0)
+    args = [torch.randn(B, Tq, H, D, device=dev, generator=g), torch.randn(B, Tq, H, DR, device=dev, generator=g),
+            torch.randn(B, S, R, device=dev, generator=g), torch.randn(B, S, DR, device=dev, generator=g),
+            torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R),
+            torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)]
+    return [a.to(getattr(torch, dtype)) for a in args]
+
+
+def torch_decode_error(torch, args):
+    """The baseline's relative error against itself in float64."""
+    out = torch_decode(torch, *args)
+    ref = torch_decode(torch, *[a.double() for a in args])
+    return float((out.double() - ref).norm() / ref.norm())
+
+
 def run_torch(shapes, dtype="float32"):
     import torch
     import triton.testing as tt
     torch.backends.cuda.matmul.allow_tf32 = False
     dev = "cuda"
 
-    def decode(q, q_rope, lat, rope, wk, wv):
-        Tq, S = q.shape[1], lat.shape[1]
-        qa = torch.einsum("bthd,rhd->bthr", q, wk)
-        scores = torch.einsum("bthr,bsr->bths", qa, lat) + torch.einsum("bthe,bse->bths", q_rope, rope)
-        scores = scores * (1.0 / math.sqrt(D + DR))
-        if Tq > 1:  # query t sits at S - Tq + t
-            s = torch.arange(S, device=q.device)
-            t = torch.arange(Tq, device=q.device)
-            scores = scores.masked_fill((s[None, :] > S - Tq + t[:, None])[None, :, None, :], float("-inf"))
-        p = torch.softmax(scores, dim=-1)
-        return torch.einsum("bthr,rhd->bthd", torch.einsum("bths,bsr->bthr", p, lat), wv)
-
     rows = []
     for (B, Tq, H, S) in shapes:
-        g = torch.Generator(device=dev).manual_seed(0)
-        args = [torch.randn(B, Tq, H, D, device=dev, generator=g), torch.randn(B, Tq, H, DR, device=dev, generator=g),
-                torch.randn(B, S, R, device=dev, generator=g), torch.randn(B, S, DR, device=dev, generator=g),
-                torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R),
-                torch.randn(R, H, D, device=dev, generator=g) / math.sqrt(R)]
-        args = [a.to(getattr(torch, dtype)) for a in args]
-        out = decode(*args)
-        ref = decode(*[a.double() for a in args])
-        err = float((out.double() - ref).norm() / ref.norm())
-        del out, ref
-        ms = tt.do_bench(lambda: decode(*args), warmup=25, rep=200, return_mode="median")
+        args = torch_decode_inputs(torch, B, Tq, H, S, dtype, dev)
+        err = torch_decode_error(torch, args)
+        ms = tt.do_bench(lambda: torch_decode(torch, *args), warmup=25, rep=200, return_mode="median")
         r = row(B, Tq, H, S, "torch-absorbed-decode", "torch-cuda", ms, err, dtype)
         rows.append(r)
         print(json.dumps(r), flush=True)

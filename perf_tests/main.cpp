@@ -207,6 +207,7 @@ std::vector<DecodeShape> decode_shapes() {
     for (std::int64_t queries : {1, 2})
       for (std::int64_t keys : {4096, 8192}) s.push_back({128, queries, heads, keys, 64});
   for (std::int64_t keys : {4096, 8192}) s.push_back({128, 1, 16, keys, 64, 128, 512, 0});  // no RoPE part
+  s.push_back({32, 1, 16, 4096, 64});  // the CPU campaign's (perf_tests/compare_cpu.py)
   return s;
 }
 
