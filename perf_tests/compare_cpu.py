@@ -35,7 +35,8 @@ def run_ours(args, threads):
     medians, context = benchmark_medians(args.bench, args.repetitions, bench_filter())
     rows = []
     for b in medians:
-        kind, _, shape = b["run_name"].split("/")[:3]
+        parts = b["run_name"].split("/")  # decode/float/<shape>/... or float/<shape>/Auto/...
+        kind, shape = parts[0], parts[2] if parts[0] == "decode" else parts[1]
         ms = b["real_time"]
         if kind == "decode":
             B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
