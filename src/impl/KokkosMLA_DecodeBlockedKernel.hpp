@@ -341,7 +341,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
   KOKKOS_INLINE_FUNCTION void finish(const Block& k, const T* sums, const T* row_lse, int tr, int tc,
                                      const Quad<T> (&o)[kOutRows]) const {
     const int rows = k.rows(), r = int(this->rank);
-    T* const result = Step == LatentStep::Split ? this->part_oa(k.part) : this->workspace;
+    T* const result = this->attended(k);
     for (int m = 0; m < kOutRows; ++m) {
       const int i = tr + kRowSets * m;
       if (i >= rows) break;
@@ -349,13 +349,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       const std::int64_t at = this->row_index(k, i);
       for (int e = 0; e < 4; ++e)
         if (4 * tc + e < r) result[at * r + 4 * tc + e] = normalized(o[m].v[e], sum);
-      if (tc == 0) {
-        const T lse_i = row_lse[i];
-        if (Step == LatentStep::Split)
-          this->part_lse(k.part)[at] = lse_i;
-        else if (this->lse)
-          this->lse[at] = reported_lse(lse_i);
-      }
+      if (tc == 0) this->store_row_lse(k, at, row_lse[i]);
     }
   }
 };

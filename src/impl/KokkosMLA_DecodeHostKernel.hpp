@@ -77,15 +77,11 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
       f.accumulate(t, latent_rows, n);
     }
 
-    T* const result = Step == LatentStep::Split ? this->part_oa(k.part) : this->workspace;
+    T* const result = this->attended(k);
     for (int i = 0; i < rows; ++i) {
       const std::int64_t at = this->row_index(k, i);
       f.finish_row(t, i, result + at * r);
-      const T lse_i = Flash::row_lse(t, i);
-      if (Step == LatentStep::Split)
-        this->part_lse(k.part)[at] = lse_i;
-      else if (this->lse)
-        this->lse[at] = reported_lse(lse_i);
+      this->store_row_lse(k, at, Flash::row_lse(t, i));
     }
   }
 };

@@ -213,6 +213,20 @@ struct LatentKernel {
     return parts + splits * batch * queries * heads * rank + part * batch * queries * heads;
   }
 
+  /// Where an attending step leaves its rows' oa: the part's slot in a split
+  /// step, else the workspace (over qa).
+  KOKKOS_INLINE_FUNCTION T* attended(const Block& k) const {
+    return Step == LatentStep::Split ? part_oa(k.part) : workspace;
+  }
+  /// Row `at`'s lse (-inf for no key) into the part's slot in a split step,
+  /// else into lse when asked for, as reported (+inf for no key).
+  KOKKOS_INLINE_FUNCTION void store_row_lse(const Block& k, std::int64_t at, T lse_at) const {
+    if (Step == LatentStep::Split)
+      part_lse(k.part)[at] = lse_at;
+    else if (lse)
+      lse[at] = reported_lse(lse_at);
+  }
+
   /// The rows' log-sum-exp: into the part's slot in a split step (-inf for a
   /// row with no key), else into lse when asked for, as reported (+inf). Ends with a barrier.
   KOKKOS_INLINE_FUNCTION void store_lse(const Member& team, const Block& k, int rows,
