@@ -31,7 +31,8 @@ struct FlashHostKernel {
   bool causal;
   int scratch_level = 0;
 
-  Flash flash() const { return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim)); }
+  /// K and V rows of one head lie H D elements apart: staged (HostFlash).
+  Flash flash() const { return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim), true); }
   std::size_t scratch_bytes() const { return ScratchView::shmem_size(flash().scratch_elements()); }
   int query_tiles() const { return int((queries + kRows - 1) / kRows); }
   std::int64_t league_size() const { return batch * heads * query_tiles(); }
@@ -72,6 +73,8 @@ struct FlashHostKernel {
         value_rows[j] = v + at;
         t.positions[j] = typename Flash::I(s0 + j);
       }
+      f.stage(key_rows, n, d, t.keys, key_rows);
+      f.stage(value_rows, n, d, t.values, value_rows);
       f.scores(t, key_rows, n, 0, d, false);
       f.softmax(t, n);
       f.accumulate(t, value_rows, n);
