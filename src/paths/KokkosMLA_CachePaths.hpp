@@ -16,6 +16,7 @@
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_DecodeBlockedKernel.hpp"
 #include "impl/KokkosMLA_DecodeHostKernel.hpp"
+#include "impl/KokkosMLA_ProjectHostKernel.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
@@ -167,6 +168,9 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   template <bool Absorb>
   void project(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to, const Scalar* w,
                Scalar alpha) const {
+    if constexpr (is_host_space<ExecSpace>()) {
+      if (host_projections_) return project_on_host<Absorb>(exec, label, from, to, w, alpha);
+    }
     auto k = project_kernel<Absorb>();
     k.tiles = {config_.project_rows, config_.project_columns, config_.project_chunk};
     k.from = from;
@@ -176,8 +180,28 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     launch_tiled(exec, label, k, config_);
   }
 
+  /// The projections on a host core's vector unit (ProjectHostKernel), one
+  /// team per (head, block of rows).
+  template <bool Absorb>
+  void project_on_host(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to,
+                       const Scalar* w, Scalar alpha) const {
+    const CacheShape& s = problem_.shape;
+    ProjectHostKernel<ExecSpace, Scalar, Absorb> k;
+    k.from = from;
+    k.to = to;
+    k.w = w;
+    k.rows = s.batch * s.queries;
+    k.heads = s.heads;
+    k.dim = s.head_dim;
+    k.rank = s.latent_dim;
+    k.alpha = alpha;
+    k.scratch_level = k.scratch_bytes() <= problem_.backend.scratch_max[0] ? 0 : 1;
+    launch(exec, label, k, 1, k.scratch_bytes(), false, Kokkos::Schedule<Kokkos::Dynamic>());
+  }
+
   CacheProblem problem_;
   LaunchConfig config_;
+  bool host_projections_ = false;  ///< project() on ProjectHostKernel (host paths)
   int splits_ = 1;
   std::int64_t parts_at_ = 0;  ///< where the split parts start in the workspace
   Kokkos::View<Scalar*, typename ExecSpace::memory_space> workspace_;
@@ -331,7 +355,7 @@ class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
   static bool applicable(const CacheProblem&) { return true; }
 
   CacheHostPath(const ExecSpace&, const CacheProblem& p) : Base(p, host_fit(p), demand(), true) {
-    this->plan_projections();
+    this->host_projections_ = true;
   }
   static constexpr Path id = Path::CacheHost;
   Path path() const override { return id; }
