@@ -12,8 +12,13 @@ compare_decode.py, after one untimed pass of ours. All of ours run first: PyTorc
 spinning after its runs and slow a benchmark started after them. Rows carry
 `threads`; the plot shows time against threads, ours and PyTorch's.
 
+OpenBLAS picks its kernels from the CPU's identification; a virtual machine
+that hides the model (seen: "Intel(R) Xeon(R) Processor" with AMX, read as
+"Prescott", OPENBLAS_VERBOSE=2) gets its slowest GEMMs: --blas-coretype
+(e.g. SAPPHIRERAPIDS) names the core for our runs, recorded in the rows.
+
   python3 perf_tests/compare_cpu.py --bench build-omp/perf_tests/kokkosmla_perf_tests \\
-      --threads 1,2,4,8,16 --out cpu.jsonl --plot docs/cpu_threads.png
+      --threads 1,2,4,8,16 --out cpu.jsonl --plot docs/cpu_threads.png [--blas-coretype SAPPHIRERAPIDS]
 """
 import argparse, json, os, re, subprocess, time, types
 
@@ -32,6 +37,8 @@ def bench_filter():
 
 def run_ours(args, threads):
     os.environ.update(OMP_NUM_THREADS=str(threads), OMP_PROC_BIND="spread", OMP_PLACES="threads")
+    if args.blas_coretype:
+        os.environ["OPENBLAS_CORETYPE"] = args.blas_coretype
     medians, context = benchmark_medians(args.bench, args.repetitions, bench_filter())
     rows = []
     for b in medians:
@@ -46,7 +53,8 @@ def run_ours(args, threads):
             r = dict(shape=[B, T, H, D, R], dtype="float32", impl="kokkosmla-auto", backend=args.backend,
                      ms=round(ms, 5), relerr=b.get("relerr"),
                      tflops=round(decompressed_flops(B, T, H, D, R) / ms / 1e9, 3))
-        r.update(plan=b.get("label", ""), threads=threads, commit=context.get("git_hash"), device="cpu")
+        r.update(plan=b.get("label", ""), threads=threads, commit=context.get("git_hash"), device="cpu",
+                 blas_coretype=args.blas_coretype or "detected")
         rows.append(r)
         print(json.dumps(r), flush=True)
     return rows
@@ -123,6 +131,8 @@ def main():
     p.add_argument("--cpu-runs", type=int, default=5)
     p.add_argument("--out", required=True)
     p.add_argument("--plot", default="")
+    p.add_argument("--blas-coretype", default="",
+                   help="OPENBLAS_CORETYPE for our runs, where OpenBLAS misreads a virtual CPU")
     args = p.parse_args()
     counts = [int(t) for t in args.threads.split(",")]
     # One untimed pass first: the first benchmark of a cold machine ran up to
