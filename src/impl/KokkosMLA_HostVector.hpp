@@ -72,15 +72,16 @@ inline V max_vector(V a, V b) {
   return select(a > b, a, b);  // NaN lanes of a are left out; the exponentials carry them
 }
 
-/// 2^x lane by lane: 0 below -126 (so for -inf), NaN for NaN. Float: 2^round(x)
+/// 2^x lane by lane: 0 below -126 (so for -inf), NaN for NaN (its lanes
+/// computed on -126, so that every conversion and shift stays in range). Float: 2^round(x)
 /// times a degree-7 Taylor polynomial of 2^f on |f| <= 1/2 (relative error
 /// under 6e-9 before rounding); double: std::exp2 per lane.
 inline HostVector<float>::V exp2_vector(HostVector<float>::V x) {
   using V = HostVector<float>::V;
   using M = HostVector<float>::M;
-  const M underflow = x < splat(-126.0f);
+  const M underflow = x < splat(-126.0f), nan = x != x;
   V y = select(x > splat(127.0f), splat(127.0f), x);
-  y = select(underflow, splat(-126.0f), y);
+  y = select(underflow | nan, splat(-126.0f), y);  // every lane converts to an integer in range
   // floor(y + 1/2) by truncation, one down where truncation went up (negative y).
   const V half_up = y + 0.5f;
   M n = __builtin_convertvector(half_up, M);
@@ -95,8 +96,8 @@ inline HostVector<float>::V exp2_vector(HostVector<float>::V x) {
   p = p * f + 1.0f;
   p = p * f + 1.0f;
   const M bits = (n + 127) << 23;
-  V scaled = p * V(bits);
-  return V(M(scaled) & ~underflow);
+  const V scaled = p * V(bits);
+  return select(nan, x, V(M(scaled) & ~underflow));
 }
 inline HostVector<double>::V exp2_vector(HostVector<double>::V x) {
   for (int l = 0; l < host_lanes<double>(); ++l) x[l] = std::exp2(x[l]);
