@@ -79,6 +79,9 @@ struct Backend {
     return std::min(budget, d.designed_for);
   }
 
+  /// The scratch level whose limit holds `bytes` per team: 0 where it fits, else 1.
+  int level_holding(std::size_t bytes) const { return bytes <= scratch_max[0] ? 0 : 1; }
+
   /// Teams of a kernel that run at once: a host runs one per thread; a GPU,
   /// per multiprocessor (2048 threads), the kernel's occupancy target where
   /// its launch bounds set one (they cap its registers to just that many),

@@ -31,15 +31,17 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
   DecodeHostKernel() = default;
   explicit DecodeHostKernel(const Base& b) : Base(b) {}
 
-  Flash flash() const { return Flash(this->tiles.rows(), int(this->rank + this->rope_dim), int(this->rank)); }
-  std::size_t scratch_bytes(const LatentTiles&) const {
-    return Base::ScratchView::shmem_size(flash().scratch_elements());
+  Flash flash(const LatentTiles& t) const {
+    return Flash(t.rows(), int(this->rank + this->rope_dim), int(this->rank));
+  }
+  std::size_t scratch_bytes(const LatentTiles& t) const {
+    return Base::ScratchView::shmem_size(flash(t).scratch_elements());
   }
 
   void operator()(const Member& team) const {
     const Block k = this->block_of(team.league_rank());
     const int rows = k.rows(), r = int(this->rank), dr = int(this->rope_dim);
-    const Flash f = flash();
+    const Flash f = flash(this->tiles);
     typename Base::ScratchView scratch(team.team_scratch(this->scratch_level), f.scratch_elements());
     const typename Flash::Tiles t = f.tiles(scratch.data());
     f.start(t);

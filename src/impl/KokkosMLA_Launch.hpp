@@ -55,6 +55,17 @@ void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_
   Kokkos::parallel_for(label, policy, k);
 }
 
+/// Launches a host kernel (src/impl/KokkosMLA_*HostKernel.hpp): teams of one
+/// thread, a core each, dynamically scheduled (their work differs: causal
+/// query tiles, sequence lengths), scratch at the level that holds it (both
+/// are ordinary memory on a host).
+template <class ExecSpace, class Kernel>
+void launch_on_host(const ExecSpace& exec, const char* label, Kernel k, std::size_t scratch_bytes,
+                    const Backend& be) {
+  k.scratch_level = be.level_holding(scratch_bytes);
+  launch(exec, label, k, 1, scratch_bytes, false, Kokkos::Schedule<Kokkos::Dynamic>());
+}
+
 /// A latent kernel with the extents of s: one contiguous sequence of s.keys
 /// keys per batch element, no RoPE part, one split.
 template <class ExecSpace, class T, LatentStep Step>

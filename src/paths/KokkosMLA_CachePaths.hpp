@@ -7,8 +7,8 @@
 //   CacheBlocked: queries absorbed and outputs up-projected by team GEMMs,
 //     attention by DecodeBlockedKernel (16 rows per team, register-blocked
 //     products over 32-key tiles in large team scratch; GPUs);
-//   CacheHost: queries absorbed and outputs up-projected by team GEMMs,
-//     attention by DecodeHostKernel on a CPU core's vector unit (hosts);
+//   CacheHost: queries absorbed and outputs up-projected by ProjectHostKernel,
+//     attention by DecodeHostKernel, both on a CPU core's vector unit (hosts);
 //   CacheLatent: the latent kernel absorbs, attends and up-projects in one
 //     launch, or with split-KV one that attends in parts and one that merges
 //     and up-projects; the one path of sparse (top-k) attention.
@@ -195,8 +195,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.dim = s.head_dim;
     k.rank = s.latent_dim;
     k.alpha = alpha;
-    k.scratch_level = k.scratch_bytes() <= problem_.backend.scratch_max[0] ? 0 : 1;
-    launch(exec, label, k, 1, k.scratch_bytes(), false, Kokkos::Schedule<Kokkos::Dynamic>());
+    launch_on_host(exec, label, k, k.scratch_bytes(), problem_.backend);
   }
 
   CacheProblem problem_;
@@ -385,16 +384,14 @@ class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
     t.tokens = s.topk > 0 ? 1 : clamp_tile(s.queries, Prototype::kRows / t.heads);
     t.key_tile = Prototype::Flash::kKeys;
     t.weight_chunk = 1;  // the kernel stages no weights
-    Prototype k(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(s, 1));
-    k.tiles = t;
-    const std::size_t bytes = k.scratch_bytes(t);
-    return {t, bytes <= p.backend.scratch_max[0] ? 0 : 1, bytes};
+    const std::size_t bytes =
+        Prototype(cache_kernel<ExecSpace, Scalar, LatentStep::Split>(s, 1)).scratch_bytes(t);
+    return {t, p.backend.level_holding(bytes), bytes};
   }
   template <class Kernel>
-  void attend(const ExecSpace& exec, Kernel k) const {
-    k.scratch_level = this->config_.scratch_level;
-    launch(exec, "KokkosMLA::CacheAttention::attend_host", k, 1, this->config_.scratch_bytes, false,
-           Kokkos::Schedule<Kokkos::Dynamic>());
+  void attend(const ExecSpace& exec, const Kernel& k) const {
+    launch_on_host(exec, "KokkosMLA::CacheAttention::attend_host", k, this->config_.scratch_bytes,
+                   this->problem_.backend);
   }
 };
 

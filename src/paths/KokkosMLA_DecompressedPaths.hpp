@@ -151,9 +151,7 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
   FlashChoice choice_;
 };
 
-/// The host flash kernel: teams of one thread, dynamically scheduled (causal
-/// query tiles differ in work), tiles in level-0 scratch where Kokkos allows
-/// them there, else level 1 (both ordinary memory on a host).
+/// The host flash kernel (launched as every host kernel: launch_on_host).
 template <class Scalar, class ExecSpace>
 class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace> {
   using Base = DecompressedPrefill<Scalar, ExecSpace>;
@@ -171,15 +169,12 @@ class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace>
     std::ostringstream o;
     o << "team_size=1 query_tile=" << Kernel::kRows << " flash=host key_tile=" << Kernel::Flash::kKeys
       << " vector=" << KOKKOSMLA_HOST_VECTOR_BYTES << "B scratch=" << k.scratch_bytes() << "B@level"
-      << level(k);
+      << this->problem_.backend.level_holding(k.scratch_bytes());
     return o.str();
   }
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
-    Kernel k = prototype();
-    const Scalar* kv = this->decompress(exec, c);
-    k = this->template flash_kernel<Kernel>(c, kv, level(k));
-    launch(exec, "KokkosMLA::Decompressed::flash_host", k, 1, k.scratch_bytes(), false,
-           Kokkos::Schedule<Kokkos::Dynamic>());
+    const Kernel k = this->template flash_kernel<Kernel>(c, this->decompress(exec, c), 0);
+    launch_on_host(exec, "KokkosMLA::Decompressed::flash_host", k, k.scratch_bytes(), this->problem_.backend);
   }
 
  private:
@@ -189,9 +184,6 @@ class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace>
     k.queries = s.queries;
     k.dim = s.head_dim;
     return k;
-  }
-  int level(const Kernel& k) const {
-    return k.scratch_bytes() <= this->problem_.backend.scratch_max[0] ? 0 : 1;
   }
 };
 
