@@ -50,13 +50,11 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
     const T log2e = T(1.4426950408889634);
     const int* positions =
         this->indices ? this->indices + (k.b * this->queries + k.t0) * this->topk : nullptr;
-    for (int i = 0; i < f.row_pad; ++i) {
-      const bool real = i < rows;
-      const std::int64_t at = real ? this->row_index(k, i) : 0;
-      for (int c = 0; c < r; ++c) t.qt[c * f.row_pad + i] = real ? this->workspace[at * r + c] * log2e : T(0);
-      for (int c = 0; c < dr; ++c)
-        t.qt[(r + c) * f.row_pad + i] = real ? this->scale * this->q_rope[at * dr + c] * log2e : T(0);
-      if (real) t.last[i] = typename Flash::I(positions ? this->topk - 1 : this->last_key(k, i));
+    for (int i = 0; i < rows; ++i) {
+      const std::int64_t at = this->row_index(k, i);
+      f.put_query(t, i, this->workspace + at * r, 0, r, log2e);
+      if (dr > 0) f.put_query(t, i, this->q_rope + at * dr, r, dr, this->scale * log2e);
+      t.last[i] = typename Flash::I(positions ? this->topk - 1 : this->last_key(k, i));
     }
 
     const auto& c = this->cache;

@@ -55,12 +55,9 @@ struct FlashHostKernel {
     f.start(t);
     const T to_log2 = scale * T(1.4426950408889634);  // the kernel's exponentials are base 2
     for (int i = 0; i < rows; ++i) {
-      const T* row = q + ((b * queries + t0 + i) * heads + h) * dim;
-      for (int c = 0; c < d; ++c) t.qt[c * f.row_pad + i] = row[c] * to_log2;
+      f.put_query(t, i, q + ((b * queries + t0 + i) * heads + h) * dim, 0, d, to_log2);
       t.last[i] = typename Flash::I(causal ? offset + t0 + i : keys - 1);
     }
-    for (int i = rows; i < f.row_pad; ++i)
-      for (int c = 0; c < d; ++c) t.qt[c * f.row_pad + i] = T(0);
 
     const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     const T* key_rows[Flash::kKeys];

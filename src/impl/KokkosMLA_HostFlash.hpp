@@ -109,9 +109,11 @@ struct HostFlash {
             reinterpret_cast<I*>(scratch + l.positions)};
   }
 
-  /// Running max -inf, sums and outputs 0, the zero row zero, every row
-  /// masked (last = -1) until the caller sets its rows' last keys.
+  /// Queries (padding rows included), running sums and outputs 0, running
+  /// max -inf, the zero row zero, every row masked (last = -1) until the
+  /// caller puts its rows' queries and last keys.
   void start(const Tiles& t) const {
+    for (std::size_t e = 0; e < std::size_t(width) * row_pad; ++e) t.qt[e] = T(0);
     for (int i = 0; i < row_pad; ++i) {
       t.max[i] = negative_infinity<T>();
       t.sum[i] = T(0);
@@ -119,6 +121,11 @@ struct HostFlash {
     }
     for (int e = 0; e < row_pad * out_ld; ++e) t.o[e] = T(0);
     for (int d = 0; d < (width > out_width ? width : out_width); ++d) t.zero[d] = T(0);
+  }
+
+  /// Qt's columns from .. from + length of row i: factor times `row`'s elements.
+  void put_query(const Tiles& t, int i, const T* row, int from, int length, T factor) const {
+    for (int c = 0; c < length; ++c) t.qt[(from + c) * row_pad + i] = factor * row[c];
   }
 
   /// Copies n rows of `length` elements into a staged tile (t.keys or
@@ -153,6 +160,7 @@ struct HostFlash {
   template <int NV>
   void score_blocks(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate) const {
     constexpr int KB = score_keys(NV);
+    static_assert(kKeys % KB == 0, "a tile holds whole score blocks: every block's rows of St exist");
     for (int j0 = 0; j0 < n; j0 += KB) {
       const T* k[KB];
       for (int j = 0; j < KB; ++j) k[j] = j0 + j < n ? keys[j0 + j] : t.zero;
@@ -170,8 +178,7 @@ struct HostFlash {
         }
       }
       for (int j = 0; j < KB; ++j)
-        if (j0 + j < kKeys)
-          for (int v = 0; v < NV; ++v) store_vector(t.st + (j0 + j) * row_pad + v * kLanes, acc[j][v]);
+        for (int v = 0; v < NV; ++v) store_vector(t.st + (j0 + j) * row_pad + v * kLanes, acc[j][v]);
     }
   }
 

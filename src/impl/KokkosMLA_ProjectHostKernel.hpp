@@ -48,8 +48,7 @@ struct ProjectHostKernel {
     auto out = [&](int i) { return to + ((r0 + i) * heads + h) * out_width; };
     const T* weight_rows[Flash::kKeys];
     if (Absorb) {
-      for (int i = 0; i < f.row_pad; ++i)
-        for (int c = 0; c < d; ++c) t.qt[c * f.row_pad + i] = i < n_rows ? alpha * in(i)[c] : T(0);
+      for (int i = 0; i < n_rows; ++i) f.put_query(t, i, in(i), 0, d, alpha);
     } else {
       for (int i = 0; i < f.row_pad; ++i) t.factor[i] = T(1);
     }
