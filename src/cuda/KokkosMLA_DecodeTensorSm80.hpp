@@ -2,18 +2,18 @@
 #define KOKKOSMLA_DECODETENSORSM80_HPP
 // Cache attention on tensor cores (compute capability 8.0+), 16-bit types,
 // latent_dim 512 with rope_dim 64 or 0: queries absorbed and outputs
-// up-projected by cuBLAS (fp32 accumulation), attention in parts by the
+// up-projected by cuBLAS (AbsorbedTensorPath), attention in parts by the
 // mma.sync decode kernel, merged by lse
 // (src/impl/KokkosMLA_DecodeTensorKernel.hpp). Defined in
 // KokkosMLA_DecodeTensorSm80.cpp, built where KOKKOSMLA_ENABLE_SM80.
 
-#include "paths/KokkosMLA_PathUnit.hpp"
+#include "cuda/KokkosMLA_AbsorbedTensorPath.hpp"
 
 namespace KokkosMLA {
 namespace Impl {
 
 template <class Scalar, class ExecSpace>
-class DecodeTensorSm80Path final : public PlannedCache<Scalar, ExecSpace> {
+class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
  public:
   static constexpr bool available =
       KOKKOSMLA_ENABLE_SM80 && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
@@ -23,19 +23,8 @@ class DecodeTensorSm80Path final : public PlannedCache<Scalar, ExecSpace> {
   DecodeTensorSm80Path(const ExecSpace& exec, const CacheProblem& p);
   static constexpr Path id = Path::DecodeTensorSm80;
   Path path() const override { return id; }
-  int splits() const override { return splits_; }
   std::string describe() const override;
-  std::size_t workspace_bytes() const override {
-    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float);
-  }
-  void run(const ExecSpace& exec, const Call& call) const override;
   void attend_absorbed(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
-
- private:
-  CacheProblem problem_;
-  int splits_ = 1;
-  Kokkos::View<Scalar*, typename ExecSpace::memory_space> qa_;    ///< (B, Tq, H, R) qa, then oa
-  Kokkos::View<float*, typename ExecSpace::memory_space> parts_;  ///< the split parts' fp32 oa and lse
 };
 
 }  // namespace Impl

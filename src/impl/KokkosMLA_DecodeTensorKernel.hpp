@@ -33,7 +33,10 @@
 // With several parts (split-KV), each writes fp32 oa and lse, and
 // DecodeMergeKernel combines them; with one, the kernel writes oa in 16 bits.
 
+#include <KokkosMLA_Cache.hpp>
+
 #include "KokkosMLA_Launch.hpp"
+#include "KokkosMLA_Splits.hpp"
 #include "KokkosMLA_TensorOps.hpp"
 
 #if KOKKOSMLA_ENABLE_SM80
@@ -355,11 +358,14 @@ struct DecodeTensorKernel {
 /// per-part branches, column after column, the merge took 19 us beside the
 /// attention's 197 on B = 128, H = 16, S = 4096 (Nsight Compute); this way
 /// 9-10 us.
+/// Most parts per sequence a decode merge takes: more only add merge work.
+constexpr int kMostDecodeParts = 64;
+
 template <class T>
 struct DecodeMergeKernel {
   static constexpr int kRank = 512;  // DecodeTensorKernel's
   static constexpr int kThreads = kRank / 4;
-  static constexpr int kMaxSplits = 64;  // more parts only add merge work
+  static constexpr int kMaxSplits = kMostDecodeParts;
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
@@ -417,6 +423,43 @@ void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T, 
     launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
            DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits},
            DecodeMergeKernel<T>::kThreads, 0, true, typename DecodeMergeKernel<T>::bounds());
+}
+
+/// A decode kernel (DecodeTensorKernel, DecodeSm90Kernel: the same fields)
+/// bound to a call, the attention between absorption and up-projection:
+/// qa (B Tq H, R) in, oa out in its place, in parts merged by lse.
+template <class Kernel, class T>
+Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool causal,
+                           const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa, float* parts) {
+  Kernel k;
+  k.qa = qa;
+  k.q_rope = a.q_rope.data();
+  k.cache = latent_keys<T>(a.cache, s.latent_dim, s.rope_dim);
+  k.oa = qa;  // each team reads its rows' qa before it writes their oa
+  k.parts = parts;
+  k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+  k.batch = s.batch;
+  k.queries = s.queries;
+  k.heads = s.heads;
+  k.splits = splits;
+  k.scale = scale;
+  k.causal = causal;
+  return k;
+}
+
+/// Parts per sequence for a decode kernel (split_count): its teams of
+/// Kernel::kRows query rows, as many at once as its bounds and `scratch`
+/// let an SM hold, parts at least 256 keys long, at most what the merge takes.
+template <class Kernel>
+int decode_splits(const CacheShape& s, const Backend& be, std::size_t scratch, int requested) {
+  SplitInputs in;
+  in.teams_per_part = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
+  in.slots =
+      be.resident_teams(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch), scratch);
+  in.capacity = s.capacity;
+  in.min_part = 256;
+  in.most = in.most_requested = kMostDecodeParts;
+  return split_count(in, requested);
 }
 
 }  // namespace Impl
