@@ -32,6 +32,7 @@ enum class Path {
   DecodeTensorSm80,      ///< cache attention: cuBLAS projections, the mma.sync decode kernel (16-bit)
   DecompressedHost,      ///< prefill: K and V by GEMM, the flash kernel on a CPU core's vector unit (hosts)
   CacheHost,             ///< cache attention: the attention on a CPU core's vector unit (hosts)
+  DecodeSm90,            ///< cache attention: cuBLAS projections, the wgmma decode kernel (16-bit, Hopper)
 };
 
 std::string to_string(Path p);

@@ -51,6 +51,8 @@ std::string to_string(Path p) {
       return "CacheBlocked";
     case Path::DecodeTensorSm80:
       return "DecodeTensorSm80";
+    case Path::DecodeSm90:
+      return "DecodeSm90";
     case Path::CacheHost:
       return "CacheHost";
   }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <iostream>
 #include <map>
 #include <memory>
 #include <numeric>
@@ -1046,6 +1047,42 @@ template <class T>
 class HalfCache : public ::testing::Test {};
 TYPED_TEST_SUITE(HalfCache, HalfTypes);
 
+/// The 16-bit tensor-core cache paths.
+[[maybe_unused]] bool is_tensor_path(Path p) { return p == Path::DecodeTensorSm80 || p == Path::DecodeSm90; }
+
+// Each 16-bit tensor-core path this build and GPU run, forced, on the half
+// cases and on head counts where a team of 64 query rows is full, spans
+// tokens, or ends part-way: within twice the framework's error, with one
+// part and with several.
+TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
+  std::vector<CacheCase> cases = half_cases();
+  cases.push_back({2, 1, 64, 16, 512, 64, 320, 64, false, {300, 7}});  // 64 heads: one full team
+  cases.push_back({2, 2, 128, 8, 512, 64, 144, 16, true, {130, 49}});  // 2 tokens x 128 heads: four teams
+  cases.push_back({1, 3, 24, 8, 512, 0, 100, 0, false, {100}});        // 72 rows over 3 tokens, no RoPE
+  std::map<Path, int> ran;
+  std::uint64_t seed = 900;
+  for (const CacheCase& c : cases)
+    for (Path path : {Path::DecodeSm90, Path::DecodeTensorSm80})
+      for (int splits : {1, 3}) {
+        Options opt;
+        opt.path = path;
+        opt.kv_splits = splits;
+        opt.causal = splits == 1;
+        SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " splits=" + std::to_string(splits));
+        try {
+          EXPECT_EQ((expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed)), path);
+          ++ran[path];
+        } catch (const std::invalid_argument& e) {
+          EXPECT_NE(std::string(e.what()).find(to_string(path)), std::string::npos) << e.what();
+        }
+      }
+#if KOKKOSMLA_ENABLE_SM80
+  EXPECT_GT(ran[Path::DecodeTensorSm80], 0);
+#endif
+  std::cout << "[ tensor paths ] DecodeSm90 ran " << ran[Path::DecodeSm90] << " cases, DecodeTensorSm80 "
+            << ran[Path::DecodeTensorSm80] << "\n";
+}
+
 TYPED_TEST(HalfCache, DeviceWithinTwiceFrameworkError) {
   std::uint64_t seed = 700;
   for (const CacheCase& c : half_cases())
@@ -1076,8 +1113,8 @@ TYPED_TEST(HalfCache, PathFollowsBackendAndWidths) {
   const CachePlan<T> on_device(Space(), deepseek), without_rope(Space(), no_rope), widths(Space(), other);
   EXPECT_EQ(widths.path(), Path::Widened) << widths.describe();
 #if KOKKOSMLA_ENABLE_SM80
-  EXPECT_EQ(on_device.path(), Path::DecodeTensorSm80) << on_device.describe();
-  EXPECT_EQ(without_rope.path(), Path::DecodeTensorSm80) << without_rope.describe();
+  EXPECT_TRUE(is_tensor_path(on_device.path())) << on_device.describe();
+  EXPECT_TRUE(is_tensor_path(without_rope.path())) << without_rope.describe();
   Options many;
   many.kv_splits = 100;
   EXPECT_EQ(CachePlan<T>(Space(), deepseek, many).splits(), 64);  // the most its merge takes
@@ -1170,8 +1207,8 @@ TYPED_TEST(HalfCache, ConcurrentTensorPlansOnTwoStreamsMatchSequential) {
   const DeviceCache<T> da(la, 41), db(lb, 42);
   const CacheArguments<T> a = arguments(la, da), b = arguments(lb, db);
   const CachePlan<T> plan_a(Space(), cache_shape(a)), plan_b(Space(), cache_shape(b));
-  ASSERT_EQ(plan_a.path(), Path::DecodeTensorSm80) << plan_a.describe();
-  ASSERT_EQ(plan_b.path(), Path::DecodeTensorSm80) << plan_b.describe();
+  ASSERT_TRUE(is_tensor_path(plan_a.path())) << plan_a.describe();
+  ASSERT_TRUE(is_tensor_path(plan_b.path())) << plan_b.describe();
   expect_concurrent_equals_sequential(
       [&](const Space& e) { plan_a.execute(e, a); }, [&](const Space& e) { plan_b.execute(e, b); },
       [&] { return Problem<T>::host_copy(a.out); }, [&] { return Problem<T>::host_copy(b.out); },

@@ -8,6 +8,7 @@
 #include "KokkosMLA_DecompressedPaths.hpp"
 #include "KokkosMLA_LatentPaths.hpp"
 #include "KokkosMLA_WidenedPaths.hpp"
+#include "cuda/KokkosMLA_DecodeSm90.hpp"
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 #include "cuda/KokkosMLA_FlashTensorSm80.hpp"
 
@@ -19,7 +20,7 @@ using PrefillPaths = PathList<FlashTensorSm80Path, WidenedPrefillPath, Decompres
                               DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-using CachePaths = PathList<DecodeTensorSm80Path, WidenedCachePath, CacheHostPath, CacheBlockedPath,
+using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath, CacheHostPath, CacheBlockedPath,
                             CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl

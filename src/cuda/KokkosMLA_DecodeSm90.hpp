@@ -1,0 +1,35 @@
+#ifndef KOKKOSMLA_DECODESM90_HPP
+#define KOKKOSMLA_DECODESM90_HPP
+// Cache attention on Hopper's warpgroup products (sm_90a), 16-bit types,
+// latent_dim 512 with rope_dim 64 or 0: queries absorbed and outputs
+// up-projected by cuBLAS (AbsorbedTensorPath), attention in parts by the
+// wgmma decode kernel (src/cuda/sm90a/KokkosMLA_DecodeSm90Kernel.hpp),
+// 64 query rows per team, merged by lse. It needs compute capability 9.0 and
+// the large team scratch of a Kokkos with the CUDA shared-memory opt-in.
+// Defined in src/cuda/sm90a/KokkosMLA_DecodeSm90.cu, built where
+// KOKKOSMLA_ENABLE_SM90A.
+
+#include "cuda/KokkosMLA_AbsorbedTensorPath.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class Scalar, class ExecSpace>
+class DecodeSm90Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
+ public:
+  static constexpr bool available =
+      KOKKOSMLA_ENABLE_SM90A && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
+  static bool applicable(const CacheProblem& p);
+  using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
+
+  DecodeSm90Path(const ExecSpace& exec, const CacheProblem& p);
+  static constexpr Path id = Path::DecodeSm90;
+  Path path() const override { return id; }
+  std::string describe() const override;
+  void attend_absorbed(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

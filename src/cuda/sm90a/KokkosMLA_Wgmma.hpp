@@ -1,0 +1,141 @@
+#ifndef KOKKOSMLA_WGMMA_HPP
+#define KOKKOSMLA_WGMMA_HPP
+// Hopper warpgroup products (wgmma.mma_async) through inline PTX, for the
+// sm_90a kernels of this folder. A warpgroup is four consecutive warps; one
+// product m64nNk16 multiplies 64 rows (16 per warp) by N columns over 16 of
+// the contraction, accumulating fp32 in registers laid out as mma.sync's
+// m16n8 accumulators side by side: n8 tile j of a thread is
+// d[4j .. 4j + 3] = (row g, columns 8j + 2t, 8j + 2t + 1), then row g + 8,
+// with g = lane / 4, t = lane % 4 and rows counted from 16 * (warp % 4).
+//
+// Operands in shared memory are 16-bit tiles stored as 64-column blocks of
+// 128-byte rows, swizzled the way wgmma's 128-byte mode reads them (the
+// 16-byte piece c of row r at piece c ^ (r % 8)); each block starts on a
+// 1024-byte boundary. A tile of keys serves both products of attention from
+// the one copy: read K-major as the keys of S = Q K^T, and MN-major
+// (transposed) as the values of O = P V.
+
+#include <cstdint>
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define KOKKOSMLA_SM90A_DEVICE_CODE 1
+#endif
+
+namespace KokkosMLA {
+namespace Impl {
+namespace wgmma {
+
+constexpr int kBlockColumns = 64;  ///< 16-bit columns of one 128-byte swizzled row
+constexpr int kAtomBytes = 1024;   ///< 8 swizzled rows: the pattern's period
+
+/// Byte offset of element (row, col) of a swizzled tile of `rows` rows.
+__host__ __device__ constexpr int swizzled_offset(int rows, int row, int col) {
+  return (col / kBlockColumns) * rows * 128 + row * 128 + ((((col % kBlockColumns) / 8) ^ (row % 8)) * 16) +
+         (col % 8) * 2;
+}
+
+/// The shared-memory matrix descriptor of the operand starting at byte
+/// `address` of the shared window: 128-byte swizzle, `stride` bytes between
+/// groups of 8 rows (K-major) or 8 contraction rows (MN-major), `leading`
+/// bytes between 64-column blocks (MN-major, N > 64 only).
+__device__ inline std::uint64_t descriptor(unsigned address, unsigned leading, unsigned stride) {
+  return std::uint64_t((address & 0x3FFFF) >> 4) | std::uint64_t((leading >> 4) & 0x3FFF) << 16 |
+         std::uint64_t((stride >> 4) & 0x3FFF) << 32 | std::uint64_t(1) << 62;
+}
+
+/// Orders this thread's earlier register and shared-memory writes before the warpgroup's next products.
+__device__ inline void fence() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+/// Closes the group of products issued since the last commit.
+__device__ inline void commit() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+
+/// Waits until at most N committed groups are in flight.
+template <int N>
+__device__ inline void wait() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+/// Makes shared memory written by ordinary stores and cp.async visible to
+/// the products, which read it through the async proxy.
+__device__ inline void fence_shared_writes() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+/// Keeps the compiler from moving accesses to accumulators across a product's issue and wait.
+template <int N>
+__device__ inline void pin(float (&d)[N]) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+#define KOKKOSMLA_F8(d, i)                                                                    \
+  "+f"(d[i]), "+f"(d[i + 1]), "+f"(d[i + 2]), "+f"(d[i + 3]), "+f"(d[i + 4]), "+f"(d[i + 5]), \
+      "+f"(d[i + 6]), "+f"(d[i + 7])
+#define KOKKOSMLA_SS_N32(TYPE)                                \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                \
+  "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+#define KOKKOSMLA_RS_N64_TRANSPOSED(TYPE)                                                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                             \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+
+/// d (64 x 32) = A B^T (+ d when `add`) over 16 columns: A (64 rows) and B
+/// (32 rows) K-major in shared memory. bf16 when Bf16, fp16 otherwise.
+template <bool Bf16>
+__device__ inline void product_n32(float (&d)[16], std::uint64_t a, std::uint64_t b, bool add) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_SS_N32("bf16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8)
+                 : "l"(a), "l"(b), "r"(int(add)));
+  else
+    asm volatile(KOKKOSMLA_SS_N32("f16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8)
+                 : "l"(a), "l"(b), "r"(int(add)));
+#else
+  (void)d, (void)a, (void)b, (void)add;
+#endif
+}
+
+/// d (64 x 64) += A B over 16 rows of B: A (64 x 16) in registers as
+/// mma.sync's m16n8k16 A fragments (warp w: rows 16w ..), B (16 x 64) MN-major
+/// in shared memory.
+template <bool Bf16>
+__device__ inline void product_n64_transposed(float (&d)[32], const unsigned (&a)[4], std::uint64_t b) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_RS_N64_TRANSPOSED("bf16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(KOKKOSMLA_RS_N64_TRANSPOSED("f16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+#else
+  (void)d, (void)a, (void)b;
+#endif
+}
+
+#undef KOKKOSMLA_F8
+#undef KOKKOSMLA_SS_N32
+#undef KOKKOSMLA_RS_N64_TRANSPOSED
+
+}  // namespace wgmma
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
