@@ -15,7 +15,8 @@ With --dtype float32 it also runs the float decode on the CacheRegisters path
 benchmark has it, for an A/B of the kernels in the same run.
 With --dtype bfloat16 or float16 it also times the tensor-core attention alone
 (decode_attention/bf16/... or fp16/..., absorbed queries in, oa out) as FlashMLA's own
-benchmark times its kernel, and with --flashmla FILE adds the lines of a
+benchmark times its kernel (on Hopper builds the mma.sync kernel's beside it,
+decode_attention_sm80/..., rows kokkosmla-decode-attention-sm80), and with --flashmla FILE adds the lines of a
 FlashMLA benchmark run on the same GPU ("flashmla b=.. s_q=1 h_q=.. s_k=..
 time_us=.."); these rows count FLOPs and bytes by FlashMLA's formulas
 (attention only: 2 B H S (576 + 512) FLOPs; cache + q + oa bytes).
@@ -133,16 +134,17 @@ def run_ours(args, shapes):
     prefix = TYPES[args.dtype][0]
     flt = "^decode(_registers)?/%s/(%s)" % (prefix, names)
     if args.dtype != "float32":
-        flt = "^decode(_attention)?/%s/(%s)" % (prefix, names)
+        flt = "^decode(_attention|_attention_sm80)?/%s/(%s)" % (prefix, names)
     rows = []
     medians, context = benchmark_medians(args.bench, args.repetitions, flt)
     scratch = context.get("team_scratch") or args.team_scratch
     for b in medians:
         kind, _, shape = b["run_name"].split("/")[:3]
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
-        if kind == "decode_attention":
-            r = attention_row(B, Tq, H, S, "kokkosmla-decode-attention", args.backend, b["real_time"],
-                              args.dtype)
+        if kind.startswith("decode_attention"):
+            impl = "kokkosmla-decode-attention" + ("-sm80" if kind.endswith("_sm80") else "")
+            r = attention_row(B, Tq, H, S, impl, args.backend, b["real_time"], args.dtype)
+            r["plan"] = b.get("label", "")
         else:
             impl = "kokkosmla-cache-registers" if kind == "decode_registers" else "kokkosmla-cache"
             r = row(B, Tq, H, S, impl, args.backend, b["real_time"], b.get("relerr"), args.dtype)

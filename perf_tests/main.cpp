@@ -337,12 +337,12 @@ std::string decode_name(const DecodeShape& d) {
 }
 
 /// Registers run(state, d) as kind/type/<shape> for every decode shape, or
-/// only for FlashMLA's (Tq = 1, RoPE 64).
+/// only for FlashMLA's (Tq = 1 and 2, RoPE 64).
 enum class DecodeShapes { All, FlashMLA };
 void register_decode_kind(const char* kind, const char* type, DecodeShapes shapes,
                           void (*run)(benchmark::State&, DecodeShape)) {
   for (const DecodeShape& d : decode_shapes()) {
-    if (shapes == DecodeShapes::FlashMLA && (d.queries != 1 || d.rope_dim != 64)) continue;
+    if (shapes == DecodeShapes::FlashMLA && (d.queries > 2 || d.rope_dim != 64)) continue;
     const std::string name = std::string(kind) + "/" + type + "/" + decode_name(d);
     benchmark::RegisterBenchmark(name.c_str(), [d, run](benchmark::State& st) { run(st, d); })
         ->UseManualTime()
@@ -361,13 +361,15 @@ void register_decode(const char* type) {
 /// DecodeShape's cache, with absorbed queries (B, Tq, H, 512) given: the
 /// CachePlan's own attention step, as FlashMLA's benchmark times its kernel.
 template <class T>
-void run_decode_attention(benchmark::State& state, DecodeShape d) {
+void run_decode_attention_with(benchmark::State& state, DecodeShape d, std::optional<Path> path) {
   DecodeInputs<T> in(d);
   const std::int64_t rows = d.batch * d.queries * d.heads;
   View1<T> qa("qa", rows * d.latent_dim);
   Test::fill_hash(qa, 17, 1.0);
-  const CachePlan<T, Space> plan(Space(), cache_shape(in.args));
-  if (plan.path() != Path::DecodeTensorSm80) {
+  Options opt;
+  opt.path = path;
+  const CachePlan<T, Space> plan(Space(), cache_shape(in.args), opt);
+  if (plan.path() != Path::DecodeTensorSm80 && plan.path() != Path::DecodeSm90) {
     state.SkipWithError(("no separate attention step on path " + to_string(plan.path())).c_str());
     return;
   }
@@ -379,11 +381,26 @@ void run_decode_attention(benchmark::State& state, DecodeShape d) {
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["splits"] = plan.splits();
+  state.SetLabel(plan.describe());
 }
 
 template <class T>
+void run_decode_attention(benchmark::State& state, DecodeShape d) {
+  run_decode_attention_with<T>(state, d, std::nullopt);
+}
+
+template <class T>
+void run_decode_attention_sm80(benchmark::State& state, DecodeShape d) {
+  run_decode_attention_with<T>(state, d, Path::DecodeTensorSm80);
+}
+
+/// The plan's attention step, and on Hopper builds the mma.sync kernel's beside it.
+template <class T>
 void register_decode_attention(const char* type) {
   register_decode_kind("decode_attention", type, DecodeShapes::FlashMLA, &run_decode_attention<T>);
+#if KOKKOSMLA_ENABLE_SM90A
+  register_decode_kind("decode_attention_sm80", type, DecodeShapes::FlashMLA, &run_decode_attention_sm80<T>);
+#endif
 }
 #endif
 
