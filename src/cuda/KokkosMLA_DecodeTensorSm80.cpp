@@ -9,39 +9,25 @@
 namespace KokkosMLA {
 namespace Impl {
 
-namespace {
-
-/// The kernel's scratch per team, with or without RoPE keys.
-template <class T>
-std::size_t scratch_bytes(std::int64_t rope_dim) {
-  return rope_dim > 0 ? DecodeTensorKernel<T, 64>::scratch_bytes()
-                      : DecodeTensorKernel<T, 0>::scratch_bytes();
-}
-
-}  // namespace
-
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  using Kernel = DecodeTensorKernel<Scalar, 64>;
   return tensor_cache_widths(p.shape) && p.backend.compute_capability >= 80 &&
-         scratch_bytes<Scalar>(p.shape.rope_dim) <=
-             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch));
+         decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape.rope_dim) <=
+             decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
 }
 
 template <class Scalar, class ExecSpace>
 DecodeTensorSm80Path<Scalar, ExecSpace>::DecodeTensorSm80Path(const ExecSpace&, const CacheProblem& p)
     : AbsorbedTensorPath<Scalar, ExecSpace>(
-          p,
-          decode_splits<DecodeTensorKernel<Scalar, 64>>(
-              p.shape, p.backend, scratch_bytes<Scalar>(p.shape.rope_dim), p.options.kv_splits),
-          4) {}
+          p, decode_splits<DecodeTensorKernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 4) {}
 
 template <class Scalar, class ExecSpace>
 std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = DecodeTensorKernel<Scalar, 64>;
   std::ostringstream o;
   o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads
-    << " key_tile=" << Kernel::kKeys << " scratch=" << scratch_bytes<Scalar>(this->problem_.shape.rope_dim)
+    << " key_tile=" << Kernel::kKeys
+    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape.rope_dim)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();
 }

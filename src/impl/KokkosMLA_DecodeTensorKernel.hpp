@@ -43,15 +43,51 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// What the tensor-core decode kernels (DecodeTensorKernel here,
+/// DecodeSm90Kernel on Hopper) share: their operands, and how a team finds
+/// its sequence's rows (Rows a team) and its part's keys (whole Keys-key
+/// steps but the last).
+template <class T, int Rows, int Keys>
+struct DecodeOperands {
+  static constexpr int kRows = Rows;  // query rows per team
+  static constexpr int kKeys = Keys;  // keys per step
+  const T* qa;                        // (B, Tq, H, R) absorbed queries, unscaled
+  const T* q_rope;                    // (B, Tq, H, Dr)
+  LatentKeys<T> cache;                // rows of R latent and Dr RoPE elements
+  T* oa;                              // (B, Tq, H, R), with one part
+  float* parts;                       // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
+  float* lse;                         // (B, Tq, H) or null, with one part
+  std::int64_t batch, queries, heads;
+  int splits = 1;
+  float scale;
+  bool causal;
+  int scratch_level = 0;
+
+  KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + Rows - 1) / Rows; }
+  std::int64_t league_size() const { return batch * splits * row_groups(); }
+
+  /// Keys of sequence b that part p attends to.
+  KOKKOS_INLINE_FUNCTION void part_range(std::int64_t length, int p, std::int64_t& begin,
+                                         std::int64_t& end) const {
+    const std::int64_t steps = (length + Keys - 1) / Keys, per_part = (steps + splits - 1) / splits;
+    begin = p * per_part * Keys;
+    end = (p + 1) * per_part * Keys < length ? (p + 1) * per_part * Keys : length;
+    if (begin > end) begin = end;
+  }
+};
+
 template <class T, int Rope>
-struct DecodeTensorKernel {
+struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team, 16 keys a step
+  using Base = DecodeOperands<T, 16, 16>;
+  using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
+      Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
+      Base::row_groups;
+  using Base::kKeys, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
   using Ops = Mma<T>;
   static constexpr int kRank = 512, kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr int kRows = 16;                      // query rows per team
-  static constexpr int kKeys = 16;                      // keys per step
   static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
   static constexpr int kWarpColumns = kWidth / kWarps;  // score-contraction columns per warp: 144 (128)
   static constexpr int kSlices = kWarpColumns / 16;     // 9 (8) k16 slices
@@ -69,18 +105,6 @@ struct DecodeTensorKernel {
   using bounds = Kokkos::LaunchBounds<kThreads, kTeamsPerSM>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
-  const T* qa;          // (B, Tq, H, R) absorbed queries, unscaled
-  const T* q_rope;      // (B, Tq, H, Dr)
-  LatentKeys<T> cache;  // rows of R latent and Dr RoPE elements
-  T* oa;                // (B, Tq, H, R), with one part
-  float* parts;         // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
-  float* lse;           // (B, Tq, H) or null, with one part
-  std::int64_t batch, queries, heads;
-  int splits = 1;
-  float scale;
-  bool causal;
-  int scratch_level = 0;
-
   /// Key rows are copied through L1 (cp.async.ca): on the H200 the kernel
   /// ran 6-10 % faster than with copies through L2 alone (cp.async.cg), at
   /// the same DRAM traffic.
@@ -91,18 +115,6 @@ struct DecodeTensorKernel {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
            std::size_t(kWarps) * kRows * kKeys * sizeof(float) + kAlignment;
   }
-  KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + kRows - 1) / kRows; }
-  std::int64_t league_size() const { return batch * splits * row_groups(); }
-
-  /// Keys of sequence b that part p attends to: whole 16-key steps but the last.
-  KOKKOS_INLINE_FUNCTION void part_range(std::int64_t length, int p, std::int64_t& begin,
-                                         std::int64_t& end) const {
-    const std::int64_t steps = (length + kKeys - 1) / kKeys, per_part = (steps + splits - 1) / splits;
-    begin = p * per_part * kKeys;
-    end = (p + 1) * per_part * kKeys < length ? (p + 1) * per_part * kKeys : length;
-    if (begin > end) begin = end;
-  }
-
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
     attend(team);
@@ -198,7 +210,7 @@ struct DecodeTensorKernel {
       wait_copies<0>();
       team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
       if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
-      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+      float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
       exchange_partial_scores(team, s, partial, warp, g, t);
       const bool edge = k0 + kKeys > mask_from;
@@ -221,7 +233,7 @@ struct DecodeTensorKernel {
       store_shared(partial + (warp * kRows + g + 8 * r) * kKeys + 4 * t,
                    {s[0][2 * r], s[0][2 * r + 1], s[1][2 * r], s[1][2 * r + 1]});
     team.team_barrier();
-    float sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};  // (row g, g + 8): keys as stored
+    float sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};  // (row g, g + 8): keys as stored
     KOKKOSMLA_UNROLL
     for (int w = 0; w < kWarps; ++w) {
       KOKKOSMLA_UNROLL
@@ -246,7 +258,7 @@ struct DecodeTensorKernel {
   __device__ static void partial_scores(float (&s)[2][4], const unsigned (&qf)[kSlices][4], const Element* ks,
                                         int lane) {
     const int row = (lane % 8) + 8 * (lane / 16), col = 8 * ((lane / 8) % 2);
-    float odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, {0.f, 0.f, 0.f, 0.f}};
+    float odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};
     KOKKOSMLA_UNROLL
     for (int kk = 0; kk < kSlices; ++kk) {
       unsigned kb[4];
@@ -447,15 +459,29 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
   return k;
 }
 
-/// Parts per sequence for a decode kernel (split_count): its teams of
-/// Kernel::kRows query rows, as many at once as its bounds and `scratch`
-/// let an SM hold, parts at least 256 keys long, at most what the merge takes.
-template <class Kernel>
-int decode_splits(const CacheShape& s, const Backend& be, std::size_t scratch, int requested) {
+/// A decode kernel's scratch per team, with or without RoPE keys.
+template <template <class, int> class Kernel, class T>
+std::size_t decode_scratch_bytes(std::int64_t rope_dim) {
+  return rope_dim > 0 ? Kernel<T, 64>::scratch_bytes() : Kernel<T, 0>::scratch_bytes();
+}
+
+/// The level-0 scratch the backend lets a decode kernel's teams have.
+template <template <class, int> class Kernel, class T>
+std::size_t decode_scratch_budget(const Backend& be) {
+  using K = Kernel<T, 64>;  // the same teams without RoPE
+  return be.scratch_budget(demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch));
+}
+
+/// Parts per sequence for a decode kernel (split_count): its teams of kRows
+/// query rows, as many at once as its bounds and scratch let an SM hold,
+/// parts at least 256 keys long, at most what the merge takes.
+template <template <class, int> class Kernel, class T>
+int decode_splits(const CacheShape& s, const Backend& be, int requested) {
+  using K = Kernel<T, 64>;
   SplitInputs in;
-  in.teams_per_part = double(s.batch * ((s.queries * s.heads + Kernel::kRows - 1) / Kernel::kRows));
-  in.slots =
-      be.resident_teams(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch), scratch);
+  in.teams_per_part = double(s.batch * ((s.queries * s.heads + K::kRows - 1) / K::kRows));
+  in.slots = be.resident_teams(demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch),
+                               decode_scratch_bytes<Kernel, T>(s.rope_dim));
   in.capacity = s.capacity;
   in.min_part = 256;
   in.most = in.most_requested = kMostDecodeParts;

@@ -9,36 +9,22 @@
 namespace KokkosMLA {
 namespace Impl {
 
-namespace {
-
-/// The kernel's scratch per team, with or without RoPE keys.
-template <class T>
-std::size_t scratch_bytes(std::int64_t rope_dim) {
-  return rope_dim > 0 ? DecodeSm90Kernel<T, 64>::scratch_bytes() : DecodeSm90Kernel<T, 0>::scratch_bytes();
-}
-
-}  // namespace
-
 template <class Scalar, class ExecSpace>
 bool DecodeSm90Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  using Kernel = DecodeSm90Kernel<Scalar, 64>;
   // sm_90a code runs on compute capability 9.0 alone. Below one team's 64
   // query rows per sequence the mma.sync kernel, 16 rows a team, is faster
   // (B = 128, S = 4096 on the H200: 0.17 against 0.31 ms at H = 16).
   const CacheShape& s = p.shape;
-  return tensor_cache_widths(s) && s.queries * s.heads >= Kernel::kRows &&
+  return tensor_cache_widths(s) && s.queries * s.heads >= DecodeSm90Kernel<Scalar, 64>::kRows &&
          p.backend.compute_capability == 90 &&
-         scratch_bytes<Scalar>(p.shape.rope_dim) <=
-             p.backend.scratch_budget(demand_of<typename Kernel::bounds>(Kernel::kThreads, kAnyTeamScratch));
+         decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s.rope_dim) <=
+             decode_scratch_budget<DecodeSm90Kernel, Scalar>(p.backend);
 }
 
 template <class Scalar, class ExecSpace>
 DecodeSm90Path<Scalar, ExecSpace>::DecodeSm90Path(const ExecSpace&, const CacheProblem& p)
     : AbsorbedTensorPath<Scalar, ExecSpace>(
-          p,
-          decode_splits<DecodeSm90Kernel<Scalar, 64>>(
-              p.shape, p.backend, scratch_bytes<Scalar>(p.shape.rope_dim), p.options.kv_splits),
-          16) {}
+          p, decode_splits<DecodeSm90Kernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 16) {}
 
 template <class Scalar, class ExecSpace>
 std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
@@ -46,7 +32,7 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
   o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << Kernel::kThreads
     << " rows=" << Kernel::kRows << " key_tile=" << Kernel::kKeys
-    << " scratch=" << scratch_bytes<Scalar>(this->problem_.shape.rope_dim)
+    << " scratch=" << decode_scratch_bytes<DecodeSm90Kernel, Scalar>(this->problem_.shape.rope_dim)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();
 }

@@ -44,15 +44,19 @@ namespace KokkosMLA {
 namespace Impl {
 
 template <class T, int Rope>
-struct DecodeSm90Kernel {
+struct DecodeSm90Kernel
+    : DecodeOperands<T, 64, 32> {  // 64 query rows a team: one product's M; 32 keys a tile
+  using Base = DecodeOperands<T, 64, 32>;
+  using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
+      Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
+      Base::row_groups;
+  using Base::kKeys, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRank = 512, kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kGroups = 2, kThreads = 128 * kGroups;
-  static constexpr int kRows = 64;                      // query rows per team: one product's M
-  static constexpr int kKeys = 32;                      // keys per tile: the score product's N
   static constexpr int kStages = 3;                     // tiles in scratch: two in flight while one is used
   static constexpr int kSteps = kWidth / 16 / kGroups;  // k16 score steps per warpgroup: 18 (16)
   static constexpr int kScores = kKeys / 2;             // score accumulators per thread: 16
@@ -68,18 +72,6 @@ struct DecodeSm90Kernel {
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
-  const T* qa;          // (B, Tq, H, R) absorbed queries, unscaled
-  const T* q_rope;      // (B, Tq, H, Dr), rows 16-byte aligned
-  LatentKeys<T> cache;  // rows of R latent and Dr RoPE elements
-  T* oa;                // (B, Tq, H, R), with one part
-  float* parts;         // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
-  float* lse;           // (B, Tq, H) or null, with one part
-  std::int64_t batch, queries, heads;
-  int splits = 1;
-  float scale;
-  bool causal;
-  int scratch_level = 0;
-
   /// Key rows are copied through L2 alone (cp.async.cg): with 200 KB of
   /// scratch, L1 keeps too little to allocate the copies in (through L1 the
   /// kernel ran at 1.65 TB/s on H = 16, 40 % of the copy bandwidth).
@@ -89,18 +81,6 @@ struct DecodeSm90Kernel {
     return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) +
            kGroups * kExchangeFloats * sizeof(float) + wgmma::kAtomBytes;
   }
-  KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + kRows - 1) / kRows; }
-  std::int64_t league_size() const { return batch * splits * row_groups(); }
-
-  /// Keys of sequence b that part p attends to: whole tiles but the last.
-  KOKKOS_INLINE_FUNCTION void part_range(std::int64_t length, int p, std::int64_t& begin,
-                                         std::int64_t& end) const {
-    const std::int64_t steps = (length + kKeys - 1) / kKeys, per_part = (steps + splits - 1) / splits;
-    begin = p * per_part * kKeys;
-    end = (p + 1) * per_part * kKeys < length ? (p + 1) * per_part * kKeys : length;
-    if (begin > end) begin = end;
-  }
-
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
     attend(team);
