@@ -49,6 +49,7 @@ namespace Impl {
 /// steps but the last).
 template <class T, int Rows, int Keys>
 struct DecodeOperands {
+  static constexpr int kRank = 512;   // latent width: oa's columns
   static constexpr int kRows = Rows;  // query rows per team
   static constexpr int kKeys = Keys;  // keys per step
   const T* qa;                        // (B, Tq, H, R) absorbed queries, unscaled
@@ -74,6 +75,42 @@ struct DecodeOperands {
     end = (p + 1) * per_part * Keys < length ? (p + 1) * per_part * Keys : length;
     if (begin > end) begin = end;
   }
+
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  /// Normalises and writes a thread's rows n0 and n0 + 8 of oa and their
+  /// lse, once the quad's sums (lanes 4g .. 4g + 3 hold a row's columns) are
+  /// added: to oa and lse with one part, to the part's fp32 rows otherwise.
+  /// columns(r, put) calls put(column, x, y) for each pair of columns of row
+  /// n0 + 8r that the thread holds; `writes_lse`: this thread writes the lse.
+  template <class Columns>
+  __device__ void finish_rows(const float (&m)[2], float (&l)[2], std::int64_t b, int part, std::int64_t n0,
+                              bool writes_lse, Columns columns) const {
+    const std::int64_t rows = queries * heads, all_rows = batch * rows;
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const std::int64_t n = n0 + 8 * r;
+      if (n >= rows) continue;
+      const std::int64_t row = b * rows + n;
+      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
+      const float row_lse = l[r] > 0.f ? m[r] * 0.6931471805599453f + logf(l[r]) : -INFINITY;
+      if (splits == 1) {
+        auto* out = reinterpret_cast<std::uint16_t*>(oa) + row * kRank;
+        columns(r, [&](int column, float x, float y) {
+          *reinterpret_cast<unsigned*>(out + column) = Mma<T>::pack(x * inv, y * inv);
+        });
+        if (lse && writes_lse) lse[row] = reported_lse(row_lse);
+      } else {
+        float* out = parts + (part * all_rows + row) * kRank;
+        columns(r, [&](int column, float x, float y) {
+          *reinterpret_cast<float2*>(out + column) = make_float2(x * inv, y * inv);
+        });
+        if (writes_lse) parts[splits * all_rows * kRank + part * all_rows + row] = row_lse;
+      }
+    }
+  }
+#endif
 };
 
 template <class T, int Rope>
@@ -82,11 +119,11 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
       Base::row_groups;
-  using Base::kKeys, Base::kRows;
+  using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
   using Ops = Mma<T>;
-  static constexpr int kRank = 512, kRope = Rope, kWidth = kRank + kRope;
+  static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
   static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
   static constexpr int kWarpColumns = kWidth / kWarps;  // score-contraction columns per warp: 144 (128)
@@ -218,7 +255,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
       accumulate(o, s, tile + warp * kWarpOut, lane);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
-    finish(o, m, l, b, part, first + g, t, warp, rows);
+    finish(o, m, l, b, part, first + g, t, warp);
   }
 
   /// Replaces this warp's partial scores s by the sums over the four warps,
@@ -330,37 +367,20 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
     }
   }
 
-  /// Normalises and writes this lane's oa of rows n0 and n0 + 8 (this warp's
-  /// columns), and lse: to oa and lse with one part, to the part's fp32 rows otherwise.
+  /// Normalises and writes this lane's oa of rows n0 and n0 + 8 (this
+  /// warp's columns), and lse.
   __device__ void finish(const float (&o)[kOutTiles][4], const float (&m)[2], float (&l)[2], std::int64_t b,
-                         int part, std::int64_t n0, int t, int warp, std::int64_t rows) const {
-    const std::int64_t all_rows = batch * rows;
-    KOKKOSMLA_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-      const std::int64_t n = n0 + 8 * r;
-      if (n >= rows) continue;
-      const std::int64_t row = b * rows + n;
-      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-      const float row_lse = l[r] > 0.f ? m[r] * 0.6931471805599453f + logf(l[r]) : -INFINITY;
-      if (splits == 1) {
-        auto* out = reinterpret_cast<Element*>(oa) + row * kRank + warp * kWarpOut + 2 * t;
-        KOKKOSMLA_UNROLL
-        for (int j = 0; j < kOutTiles; ++j)
-          *reinterpret_cast<unsigned*>(out + 8 * j) = Ops::pack(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        if (lse && warp == 0 && t == 0) lse[row] = reported_lse(row_lse);
-      } else {
-        float* out = parts + (part * all_rows + row) * kRank + warp * kWarpOut + 2 * t;
-        KOKKOSMLA_UNROLL
-        for (int j = 0; j < kOutTiles; ++j)
-          *reinterpret_cast<float2*>(out + 8 * j) = make_float2(o[j][2 * r] * inv, o[j][2 * r + 1] * inv);
-        if (warp == 0 && t == 0) parts[splits * all_rows * kRank + part * all_rows + row] = row_lse;
-      }
-    }
+                         int part, std::int64_t n0, int t, int warp) const {
+    this->finish_rows(m, l, b, part, n0, warp == 0 && t == 0, [&](int r, auto&& put) {
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < kOutTiles; ++j) put(warp * kWarpOut + 8 * j + 2 * t, o[j][2 * r], o[j][2 * r + 1]);
+    });
   }
 #endif
 };
+
+/// Most parts per sequence a decode merge takes: more only add merge work.
+constexpr int kMostDecodeParts = 64;
 
 /// Combines the parts of DecodeTensorKernel: oa (16-bit) and lse of each row
 /// from the parts' fp32 oa weighted by exp(lse_p - lse). A team per row, a
@@ -370,9 +390,6 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
 /// per-part branches, column after column, the merge took 19 us beside the
 /// attention's 197 on B = 128, H = 16, S = 4096 (Nsight Compute); this way
 /// 9-10 us.
-/// Most parts per sequence a decode merge takes: more only add merge work.
-constexpr int kMostDecodeParts = 64;
-
 template <class T>
 struct DecodeMergeKernel {
   static constexpr int kRank = 512;  // DecodeTensorKernel's

@@ -50,12 +50,12 @@ struct DecodeSm90Kernel
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
       Base::row_groups;
-  using Base::kKeys, Base::kRows;
+  using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
-  static constexpr int kRank = 512, kRope = Rope, kWidth = kRank + kRope;
+  static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kGroups = 2, kThreads = 128 * kGroups;
   static constexpr int kStages = 3;                     // tiles in scratch: two in flight while one is used
   static constexpr int kSteps = kWidth / 16 / kGroups;  // k16 score steps per warpgroup: 18 (16)
@@ -204,7 +204,7 @@ struct DecodeSm90Kernel
     }
     wait_copies<0>();     // the queries' copies, when the part had no key
     team.team_barrier();  // with one part, oa overwrites the team's qa rows: every copy of them is done
-    finish(o, m, l, b, part, n0, t, group, rows);
+    finish(o, m, l, b, part, n0, t, group);
   }
 
   /// Issues s = Q K^T over this warpgroup's half of the columns (the first
@@ -305,39 +305,15 @@ struct DecodeSm90Kernel
   }
 
   /// Normalises and writes this thread's oa of rows n0 and n0 + 8 (this
-  /// warpgroup's columns), and lse: to oa and lse with one part, to the
-  /// part's fp32 rows otherwise.
+  /// warpgroup's columns), and lse.
   __device__ void finish(const float (&o)[kChunks][32], const float (&m)[2], float (&l)[2], std::int64_t b,
-                         int part, std::int64_t n0, int t, int group, std::int64_t rows) const {
-    const std::int64_t all_rows = batch * rows;
-    KOKKOSMLA_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-      const std::int64_t n = n0 + 8 * r;
-      if (n >= rows) continue;
-      const std::int64_t row = b * rows + n;
-      const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
-      const float row_lse = l[r] > 0.f ? m[r] * 0.6931471805599453f + logf(l[r]) : -INFINITY;
-      const std::int64_t column = group * kGroupOut + 2 * t;
-      if (splits == 1) {
-        auto* out = reinterpret_cast<Element*>(oa) + row * kRank + column;
-        KOKKOSMLA_UNROLL
-        for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<unsigned*>(out + 64 * c + 8 * j) =
-              Ops::pack(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
-        if (lse && group == 0 && t == 0) lse[row] = reported_lse(row_lse);
-      } else {
-        float* out = parts + (part * all_rows + row) * kRank + column;
-        KOKKOSMLA_UNROLL
-        for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
-        for (int j = 0; j < 8; ++j)
-          *reinterpret_cast<float2*>(out + 64 * c + 8 * j) =
-              make_float2(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
-        if (group == 0 && t == 0) parts[splits * all_rows * kRank + part * all_rows + row] = row_lse;
-      }
-    }
+                         int part, std::int64_t n0, int t, int group) const {
+    this->finish_rows(m, l, b, part, n0, group == 0 && t == 0, [&](int r, auto&& put) {
+      KOKKOSMLA_UNROLL
+      for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
+      for (int j = 0; j < 8; ++j)
+        put(group * kGroupOut + 64 * c + 8 * j + 2 * t, o[c][4 * j + 2 * r], o[c][4 * j + 2 * r + 1]);
+    });
   }
 #endif
 };
