@@ -119,10 +119,13 @@ class PackedQueries;
 /// capability 8.0 and newer for DeepSeek's widths (latent_dim 512, rope_dim
 /// 64) and for latent_dim 512 without RoPE (rope_dim 0): queries absorbed
 /// and outputs up-projected by cuBLAS (fp32 accumulation), the attention by
-/// an mma.sync kernel with an fp32 softmax.
+/// an mma.sync kernel with an fp32 softmax; on H100/H200 builds with sm_90a
+/// code and a Kokkos that grants 197 KB of team scratch, by a wgmma kernel
+/// (Path::DecodeSm90) when a sequence has at least 64 query rows (heads x Tq).
 /// The cache rows must then be 16-byte aligned (as Kokkos allocates them) and
-/// q_rope 4-byte aligned. Every other case gathers the sequences' tokens into
-/// a float cache, runs a float CachePlan and rounds out to Scalar.
+/// q_rope 4-byte aligned (16-byte on DecodeSm90). Every other case gathers the
+/// sequences' tokens into a float cache, runs a float CachePlan and rounds out
+/// to Scalar.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class CachePlan {
   static_assert(is_supported_scalar<Scalar>,
