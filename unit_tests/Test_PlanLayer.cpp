@@ -4,6 +4,7 @@
 
 #include "Reference.hpp"
 
+#include "cuda/KokkosMLA_DecodeSm90.hpp"
 #include "cuda/KokkosMLA_Sm90a.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
@@ -221,6 +222,32 @@ TEST(PathNames, EveryPathHasAName) {
         Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90})
     EXPECT_NE(to_string(p), "?");
 }
+
+#if KOKKOSMLA_ENABLE_SM90A && KOKKOSMLA_HAS_BHALF
+// The Hopper decode path takes DeepSeek's widths on compute capability 9.0
+// alone, with the opt-in's team scratch and 64 or more query rows a sequence.
+TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
+  using Unit = Impl::DecodeSm90Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+  auto takes = [](const Backend& be, int compute_capability, const CacheShape& s) {
+    Impl::CacheProblem p;
+    p.shape = s;
+    p.backend = be;
+    p.backend.compute_capability = compute_capability;
+    return Unit::applicable(p);
+  };
+  const CacheShape h128{128, 1, 128, 128, 512, 64, 4096}, h16{128, 1, 16, 128, 512, 64, 4096},
+      h16_four_tokens{128, 4, 16, 128, 512, 64, 4096}, no_rope{128, 1, 64, 128, 512, 0, 4096},
+      other_widths{128, 1, 128, 128, 256, 64, 4096};
+  EXPECT_TRUE(takes(large, 90, h128));
+  EXPECT_TRUE(takes(large, 90, h16_four_tokens));  // 4 tokens x 16 heads: 64 rows
+  EXPECT_TRUE(takes(large, 90, no_rope));
+  EXPECT_FALSE(takes(large, 90, h16));  // 16 rows: the mma.sync kernel's
+  EXPECT_FALSE(takes(classic, 90, h128));
+  EXPECT_FALSE(takes(large, 80, h128));
+  EXPECT_FALSE(takes(large, 100, h128));
+  EXPECT_FALSE(takes(large, 90, other_widths));
+}
+#endif
 
 #if KOKKOSMLA_ENABLE_SM90A
 // A source of src/cuda/sm90a/ runs its sm_90a code on a Hopper GPU, beside
