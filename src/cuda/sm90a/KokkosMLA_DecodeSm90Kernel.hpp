@@ -34,8 +34,9 @@
 // FlashMLA's overlap of softmax and products needs warp-specialised
 // producers and TMA, which this kernel does not have.
 //
-// Teams, parts and the merge are DecodeTensorKernel's: with several parts,
-// each writes fp32 oa and lse and DecodeMergeKernel combines them.
+// Operands, part ranges and the writing of oa and lse are the mma.sync
+// kernel's (DecodeOperands): with several parts, each writes fp32 oa and lse
+// and DecodeMergeKernel combines them.
 
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
