@@ -35,16 +35,9 @@ std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
 template <class Scalar, class ExecSpace>
 void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exec, const Call& a,
                                                               Scalar* qa) const {
-  const CacheShape& s = this->problem_.shape;
-  const float scale = float(this->problem_.scale);
-  const bool causal = this->problem_.options.causal;
-  float* parts = this->parts_.data();
-  if (s.rope_dim > 0)
-    attend_decode_tensor(exec, bound_decode_kernel<DecodeTensorKernel<Scalar, 64>>(s, this->splits_, scale,
-                                                                                   causal, a, qa, parts));
-  else
-    attend_decode_tensor(exec, bound_decode_kernel<DecodeTensorKernel<Scalar, 0>>(s, this->splits_, scale,
-                                                                                  causal, a, qa, parts));
+  attend_in_parts<DecodeTensorKernel>(exec, "KokkosMLA::CacheAttention::attend_tensor", this->problem_.shape,
+                                      this->splits_, float(this->problem_.scale),
+                                      this->problem_.options.causal, a, qa, this->parts_.data());
 }
 
 #if KOKKOSMLA_HAS_HALF

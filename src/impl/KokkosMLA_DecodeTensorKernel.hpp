@@ -49,6 +49,7 @@ namespace Impl {
 /// steps but the last).
 template <class T, int Rows, int Keys>
 struct DecodeOperands {
+  using Scalar = T;
   static constexpr int kRank = 512;   // latent width: oa's columns
   static constexpr int kRows = Rows;  // query rows per team
   static constexpr int kKeys = Keys;  // keys per step
@@ -441,17 +442,17 @@ struct DecodeMergeKernel {
   }
 };
 
-/// Runs a bound DecodeTensorKernel, then, with several parts, their merge into k.oa and k.lse.
-template <class T, int Rope>
-void attend_decode_tensor(const Kokkos::Cuda& exec, const DecodeTensorKernel<T, Rope>& k) {
-  using Kernel = DecodeTensorKernel<T, Rope>;
-  static_assert(DecodeMergeKernel<T>::kRank == Kernel::kRank, "the merge's rows are the kernel's");
-  launch(exec, "KokkosMLA::CacheAttention::attend_tensor", k, Kernel::kThreads, Kernel::scratch_bytes(), true,
-         typename Kernel::bounds());
+/// Runs a bound decode kernel (DecodeTensorKernel, DecodeSm90Kernel), then,
+/// with several parts, their merge into k.oa and k.lse.
+template <class Kernel>
+void attend_decode(const Kokkos::Cuda& exec, const char* label, const Kernel& k) {
+  using Merge = DecodeMergeKernel<typename Kernel::Scalar>;
+  static_assert(Merge::kRank == Kernel::kRank, "the merge's rows are the kernel's");
+  launch(exec, label, k, Kernel::kThreads, Kernel::scratch_bytes(), true, typename Kernel::bounds());
   if (k.splits > 1)
     launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
-           DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits},
-           DecodeMergeKernel<T>::kThreads, 0, true, typename DecodeMergeKernel<T>::bounds());
+           Merge{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits}, Merge::kThreads, 0, true,
+           typename Merge::bounds());
 }
 
 /// A decode kernel (DecodeTensorKernel, DecodeSm90Kernel: the same fields)
@@ -474,6 +475,19 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
   k.scale = scale;
   k.causal = causal;
   return k;
+}
+
+/// The attention step of a 16-bit tensor-core cache path: decode kernel
+/// Kernel<T, 64> or Kernel<T, 0> (by the cache's RoPE width) bound to the
+/// call and run in parts (launched as `label`), qa in, oa out in its place.
+template <template <class, int> class Kernel, class T>
+void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
+                     float scale, bool causal, const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa,
+                     float* parts) {
+  if (s.rope_dim > 0)
+    attend_decode(exec, label, bound_decode_kernel<Kernel<T, 64>>(s, splits, scale, causal, a, qa, parts));
+  else
+    attend_decode(exec, label, bound_decode_kernel<Kernel<T, 0>>(s, splits, scale, causal, a, qa, parts));
 }
 
 /// A decode kernel's scratch per team, with or without RoPE keys.

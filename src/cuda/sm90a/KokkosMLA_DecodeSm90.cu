@@ -40,16 +40,9 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
 template <class Scalar, class ExecSpace>
 void DecodeSm90Path<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exec, const Call& a,
                                                         Scalar* qa) const {
-  const CacheShape& s = this->problem_.shape;
-  const float scale = float(this->problem_.scale);
-  const bool causal = this->problem_.options.causal;
-  float* parts = this->parts_.data();
-  if (s.rope_dim > 0)
-    attend_decode_sm90(exec, bound_decode_kernel<DecodeSm90Kernel<Scalar, 64>>(s, this->splits_, scale,
-                                                                               causal, a, qa, parts));
-  else
-    attend_decode_sm90(exec, bound_decode_kernel<DecodeSm90Kernel<Scalar, 0>>(s, this->splits_, scale, causal,
-                                                                              a, qa, parts));
+  attend_in_parts<DecodeSm90Kernel>(exec, "KokkosMLA::CacheAttention::attend_sm90", this->problem_.shape,
+                                    this->splits_, float(this->problem_.scale), this->problem_.options.causal,
+                                    a, qa, this->parts_.data());
 }
 
 #if KOKKOSMLA_HAS_HALF

@@ -319,19 +319,6 @@ struct DecodeSm90Kernel
 #endif
 };
 
-/// Runs a bound DecodeSm90Kernel, then, with several parts, their merge into k.oa and k.lse.
-template <class T, int Rope>
-void attend_decode_sm90(const Kokkos::Cuda& exec, const DecodeSm90Kernel<T, Rope>& k) {
-  using Kernel = DecodeSm90Kernel<T, Rope>;
-  static_assert(DecodeMergeKernel<T>::kRank == Kernel::kRank, "the merge's rows are the kernel's");
-  launch(exec, "KokkosMLA::CacheAttention::attend_sm90", k, Kernel::kThreads, Kernel::scratch_bytes(), true,
-         typename Kernel::bounds());
-  if (k.splits > 1)
-    launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
-           DecodeMergeKernel<T>{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits},
-           DecodeMergeKernel<T>::kThreads, 0, true, typename DecodeMergeKernel<T>::bounds());
-}
-
 }  // namespace Impl
 }  // namespace KokkosMLA
 
