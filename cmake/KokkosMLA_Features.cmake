@@ -60,7 +60,8 @@ function(kokkosmla_add_feature_sources target)
     target_link_libraries(${target} PRIVATE CUDA::cublas)
   endif()
   if(KokkosMLA_ENABLE_SM80)
-    target_sources(${target} PRIVATE src/cuda/KokkosMLA_FlashTensorSm80.cpp src/cuda/KokkosMLA_AbsorbedTensorPath.cpp
+    target_sources(${target} PRIVATE src/cuda/KokkosMLA_TensorPrefill.cpp src/cuda/KokkosMLA_FlashTensorSm80.cpp
+                                     src/cuda/KokkosMLA_AbsorbedTensorPath.cpp
                                      src/cuda/KokkosMLA_DecodeTensorSm80.cpp)
   endif()
   if(KokkosMLA_ENABLE_SM90A)

@@ -4,7 +4,6 @@
 
 #include "impl/KokkosMLA_FlashTensorKernel.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
-#include "impl/KokkosMLA_TensorGemm.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
 
 #include <sstream>
@@ -62,41 +61,29 @@ bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p)
 
 template <class Scalar, class ExecSpace>
 FlashTensorSm80Path<Scalar, ExecSpace>::FlashTensorSm80Path(const ExecSpace&, const PrefillProblem& p)
-    : problem_(p),
-      kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>("KokkosMLA::Plan::workspace",
-                                                                    2 * kv_elements(p.shape))) {}
+    : TensorPrefill<Scalar, ExecSpace>(p) {}
 
 template <class Scalar, class ExecSpace>
 std::string FlashTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = FlashTensorKernel<Scalar, 128>;
   std::ostringstream o;
   o << "team_size=" << Kernel::kThreads << " query_tile=" << Kernel::kRows << " flash=tensor-core"
-    << (split_tf32<Scalar>(problem_.options) ? " products=3xtf32"
-        : std::is_same<Scalar, float>::value ? " products=tf32"
-                                             : "")
-    << " key_tile=" << Kernel::kKeys << " scratch=" << scratch_bytes<Scalar>(problem_.shape.head_dim)
+    << (split_tf32<Scalar>(this->problem_.options) ? " products=3xtf32"
+        : std::is_same<Scalar, float>::value       ? " products=tf32"
+                                                   : "")
+    << " key_tile=" << Kernel::kKeys << " scratch=" << scratch_bytes<Scalar>(this->problem_.shape.head_dim)
     << "B@level0";
   return o.str();
 }
 
 template <class Scalar, class ExecSpace>
 void FlashTensorSm80Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& c) const {
-  const char* caller = "KokkosMLA::Plan::execute";
-  // The kernel reads q and writes out in pairs of elements.
-  require_aligned(caller, "q", c.q.data(), 2 * sizeof(Scalar));
-  require_aligned(caller, "out", c.out.data(), 2 * sizeof(Scalar));
-  const Shape& s = problem_.shape;
-  const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
-  Scalar* k = kv_.data();
-  Scalar* v = k + rows * cols;
-  Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-  const bool split = split_tf32<Scalar>(problem_.options);
-  const FloatGemm float_gemm = split ? FloatGemm::Fp32 : FloatGemm::Tf32;
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uk.data(), k, float_gemm);
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uv.data(), v, float_gemm);
-  Kokkos::Profiling::popRegion();
-  const float scale = float(problem_.scale);
-  const bool causal = problem_.options.causal;
+  const Shape& s = this->problem_.shape;
+  const bool split = split_tf32<Scalar>(this->problem_.options);
+  const Scalar* k = this->decompress(exec, c, split ? FloatGemm::Fp32 : FloatGemm::Tf32);
+  const Scalar* v = k + kv_elements(s);
+  const float scale = float(this->problem_.scale);
+  const bool causal = this->problem_.options.causal;
   if constexpr (std::is_same<Scalar, float>::value) {
     if (split) {
       launch_for_head_dim<float, SplitTf32>(exec, s, scale, causal, c.q.data(), k, v, c.out.data(), c.lse);

@@ -31,10 +31,60 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// Where a team of a tensor-core flash kernel works: one (batch, head) pair
+/// and one tile of its query rows (tile 0 first).
+struct FlashTile {
+  std::int64_t b, h, tile;
+};
+
+/// What the tensor-core flash kernels (this one and FlashSm90Kernel on
+/// Hopper) share: their operands, and the order in which teams take tiles.
+template <class T, int D>
+struct FlashOperands {
+  const T* q;  // (B, T, H, D)
+  const T* k;  // (B, S, H, D)
+  const T* v;  // (B, S, H, D)
+  T* out;      // (B, T, H, D)
+  float* lse;  // (B, T, H), or null when not asked for
+  std::int64_t batch, queries, keys, heads;
+  float scale;
+  bool causal;
+  std::int64_t head_group = 1;  ///< (batch, head) pairs whose tiles interleave (see locate)
+  int scratch_level = 0;
+
+  /// Pairs per group: as many as keep their K and V within 32 MB, about
+  /// two thirds of a Hopper or Ampere L2. Ordering tiles by head alone was
+  /// 1.20x faster on (1,4096,128,128,512) bf16 than tile-major, but 1.10x
+  /// slower on (1,4096,16,128,512), whose K and V fit L2 anyway: its last
+  /// head's heavy tiles started last.
+  static std::int64_t head_group_for(std::int64_t keys) {
+    const std::int64_t per_pair = 2 * keys * D * std::int64_t(sizeof(T));
+    const std::int64_t budget = std::int64_t(32) << 20;
+    return per_pair >= budget ? 1 : budget / per_pair;
+  }
+
+  /// The tile of team `league_rank` when each pair has `tiles` query tiles.
+  /// Teams go through groups of head_group (batch, head) pairs, and within a
+  /// group through its query tiles heaviest (last) first: the teams running
+  /// at once share one group's K and V in L2, and each group ends on light tiles.
+  KOKKOS_INLINE_FUNCTION FlashTile locate(std::int64_t league_rank, std::int64_t tiles) const {
+    const std::int64_t pairs = batch * heads;
+    const std::int64_t group = league_rank / (tiles * head_group);
+    const std::int64_t within = league_rank % (tiles * head_group);
+    const std::int64_t in_group =
+        pairs - group * head_group < head_group ? pairs - group * head_group : head_group;
+    const std::int64_t bh = group * head_group + within % in_group;
+    return {bh / heads, bh % heads, tiles - 1 - within / in_group};
+  }
+};
+
 /// T: the data's type; Products: how it is multiplied (T itself, or for
 /// float data SplitTf32, 3xTF32).
 template <class T, int D, class Products = T>
-struct FlashTensorKernel {
+struct FlashTensorKernel : FlashOperands<T, D> {
+  using Base = FlashOperands<T, D>;
+  using Base::batch, Base::causal, Base::heads, Base::k, Base::keys, Base::lse, Base::out, Base::q,
+      Base::queries, Base::scale, Base::scratch_level, Base::v;
   static_assert(D % 16 == 0 && D <= 128, "head_dim must be a multiple of 16, at most 128");
   using Ops = TensorOperands<Products, D>;
   using Element = typename Ops::Element;
@@ -49,28 +99,6 @@ struct FlashTensorKernel {
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 2>;  // two teams per SM
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
-
-  const T* q;  // (B, T, H, D)
-  const T* k;  // (B, S, H, D)
-  const T* v;  // (B, S, H, D)
-  T* out;      // (B, T, H, D)
-  float* lse;  // (B, T, H), or null when not asked for
-  std::int64_t batch, queries, keys, heads;
-  float scale;
-  bool causal;
-  std::int64_t head_group = 1;  ///< (batch, head) pairs whose tiles interleave (see attend)
-  int scratch_level = 0;
-
-  /// Pairs per group: as many as keep their K and V within 32 MB, about
-  /// two thirds of a Hopper or Ampere L2. Ordering tiles by head alone was
-  /// 1.20x faster on (1,4096,128,128,512) bf16 than tile-major, but 1.10x
-  /// slower on (1,4096,16,128,512), whose K and V fit L2 anyway: its last
-  /// head's heavy tiles started last.
-  static std::int64_t head_group_for(std::int64_t keys) {
-    const std::int64_t per_pair = 2 * keys * D * std::int64_t(sizeof(Element));
-    const std::int64_t budget = std::int64_t(32) << 20;
-    return per_pair >= budget ? 1 : budget / per_pair;
-  }
 
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
@@ -112,17 +140,8 @@ struct FlashTensorKernel {
   __device__ void attend(const Member& team) const {
     const int rank = team.team_rank(), warp = rank / 32, lane = rank % 32;
     const int g = lane / 4, t = lane % 4;  // fragment row and column pair
-    // Teams go through groups of head_group (batch, head) pairs, and within
-    // a group through its query tiles heaviest first: the teams running at
-    // once share one group's K and V in L2, and each group ends on light tiles.
-    const std::int64_t tiles = query_tiles(), pairs = batch * heads;
-    const std::int64_t group = team.league_rank() / (tiles * head_group);
-    const std::int64_t within = team.league_rank() % (tiles * head_group);
-    const std::int64_t in_group =
-        pairs - group * head_group < head_group ? pairs - group * head_group : head_group;
-    const std::int64_t tile = tiles - 1 - within / in_group, bh = group * head_group + within % in_group;
-    const std::int64_t b = bh / heads, h = bh % heads;
-    const std::int64_t q0 = tile * kRows;
+    const FlashTile at = this->locate(team.league_rank(), query_tiles());
+    const std::int64_t b = at.b, h = at.h, q0 = at.tile * kRows;
 
     const auto* qh = reinterpret_cast<const Element*>(q) + (b * queries * heads + h) * D;
     const auto* kh = reinterpret_cast<const Element*>(k) + (b * keys * heads + h) * D;

@@ -8,12 +8,18 @@
 #include <KokkosMLA_Precision.hpp>
 #include <KokkosMLA_config.hpp>
 
-#if KOKKOSMLA_ENABLE_CUBLAS
 namespace KokkosMLA {
 namespace Impl {
 
 /// How a float GEMM multiplies: TF32 products on the tensor cores, or fp32.
 enum class FloatGemm { Tf32, Fp32 };
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#if KOKKOSMLA_ENABLE_CUBLAS
+namespace KokkosMLA {
+namespace Impl {
 
 /// c = a b for row-major a (rows x inner), b (inner x cols), c (rows x cols),
 /// on exec's stream, with fp32 accumulation. T is half_t or bhalf_t (tensor
