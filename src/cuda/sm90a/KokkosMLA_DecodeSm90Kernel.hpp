@@ -38,6 +38,7 @@
 // kernel's (DecodeOperands): with several parts, each writes fp32 oa and lse
 // and DecodeMergeKernel combines them.
 
+#include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
 
@@ -197,7 +198,10 @@ struct DecodeSm90Kernel
       wgmma::pin(s);
       exchange_partial_scores(team, s, exchange, group, rank % 128);
       const bool edge = k0 + kKeys > mask_from;
-      softmax_step(s, o, m, l, edge, visible0 - k0, visible1 - k0, t, scale2);
+      float correction[2];
+      wgmma::online_softmax(s, m, l, correction, edge, visible0 - k0, visible1 - k0, t, scale2);
+      KOKKOSMLA_UNROLL
+      for (int c = 0; c < kChunks; ++c) wgmma::rescale(o[c], correction);
       issue_accumulate(o, s, tile_at(stage), group);
       wgmma::wait<0>();
       KOKKOSMLA_UNROLL
@@ -248,13 +252,7 @@ struct DecodeSm90Kernel
   __device__ static void issue_accumulate(float (&o)[kChunks][32], const float (&p)[kScores],
                                           unsigned tile_at, int group) {
     unsigned pa[kKeys / 16][4];
-    KOKKOSMLA_UNROLL
-    for (int j = 0; j < kKeys / 16; ++j) {
-      pa[j][0] = Ops::pack(p[8 * j], p[8 * j + 1]);
-      pa[j][1] = Ops::pack(p[8 * j + 2], p[8 * j + 3]);
-      pa[j][2] = Ops::pack(p[8 * j + 4], p[8 * j + 5]);
-      pa[j][3] = Ops::pack(p[8 * j + 6], p[8 * j + 7]);
-    }
+    wgmma::pack_probabilities<Ops>(pa, p);
     KOKKOSMLA_UNROLL
     for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
     wgmma::fence();
@@ -266,43 +264,6 @@ struct DecodeSm90Kernel
           wgmma::descriptor(tile_at + (group * kChunks + c) * kKeys * 128 + j * 16 * 128, kKeys * 128,
                             wgmma::kAtomBytes));
     wgmma::commit();
-  }
-
-  /// Scales the tile's scores, masks keys from visible0 / visible1 on (rows
-  /// row0, row0 + 8) on an edge tile, updates the running max and sums,
-  /// rescales o, and leaves the unnormalised probabilities in s. A row that
-  /// has seen no key yet keeps max -inf and contributes zeros.
-  __device__ static void softmax_step(float (&s)[kScores], float (&o)[kChunks][32], float (&m)[2],
-                                      float (&l)[2], bool edge, int visible0, int visible1, int t,
-                                      float scale2) {
-    const int visible[2] = {visible0, visible1};
-    float mx[2] = {m[0], m[1]};
-    KOKKOSMLA_UNROLL
-    for (int i = 0; i < kScores; ++i) {
-      const int r = (i / 2) % 2, key = 8 * (i / 4) + 2 * t + (i % 2);
-      s[i] *= scale2;
-      if (edge && key >= visible[r]) s[i] = -INFINITY;
-      mx[r] = fmaxf(mx[r], s[i]);
-    }
-    float base[2], correction[2];
-    KOKKOSMLA_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-      mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-      base[r] = mx[r] == -INFINITY ? 0.f : mx[r];
-      correction[r] = fast_exp2(m[r] - base[r]);  // 0 while m is -inf
-      m[r] = mx[r];
-      l[r] *= correction[r];
-    }
-    KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
-    for (int i = 0; i < 32; ++i) o[c][i] *= correction[(i / 2) % 2];
-    KOKKOSMLA_UNROLL
-    for (int i = 0; i < kScores; ++i) {
-      const int r = (i / 2) % 2;
-      s[i] = fast_exp2(s[i] - base[r]);
-      l[r] += s[i];
-    }
   }
 
   /// Normalises and writes this thread's oa of rows n0 and n0 + 8 (this
