@@ -20,6 +20,8 @@
 // decode_attention/bf16/... and fp16/... (CUDA with tensor cores) time the attention
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
+// bf16/<shape>/FlashTensorSm80 and fp16/... (builds with sm_90a code) force
+// the mma.sync prefill, for an A/B against the Hopper path Auto takes.
 // decode_registers/float/... (CUDA) runs the float decode on the
 // CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
 //
@@ -165,10 +167,11 @@ void run(benchmark::State& state, Shape s, Algorithm algorithm, Options opt) {
   state.counters["inputs_MB"] = bytes * 1e-6;
   // Repetitions of one benchmark compute the same error: measure it once.
   static std::map<std::string, double> errors;
-  const std::string key = to_string(s) + to_string(algorithm);
+  const std::string key = to_string(s) + to_string(algorithm) + (opt.path ? to_string(*opt.path) : "");
   if (!errors.count(key)) errors[key] = s.queries <= 8192 ? relative_error(s, in) : std::nan("");
   state.counters["relerr"] = errors[key];
-  state.SetLabel(to_string(plan.algorithm()) + (algorithm == Algorithm::Auto ? " (auto)" : ""));
+  state.SetLabel(to_string(plan.algorithm()) + (algorithm == Algorithm::Auto ? " (auto)" : "") + " on " +
+                 to_string(plan.path()));
 }
 
 std::string shape_name(const Shape& s) {
@@ -193,6 +196,25 @@ void register_all(const char* type,
           ->MinTime(0.2);
     }
 }
+
+#if KOKKOSMLA_ENABLE_SM90A
+/// type/<shape>/<path> for the shapes whose head_dim the tensor-core paths
+/// take: the plan forced onto one path (an A/B against type/<shape>/Auto in one run).
+template <class T>
+void register_prefill_on(const char* type, Path path) {
+  Options opt;
+  opt.path = path;
+  for (const Shape& s : shapes()) {
+    if (s.head_dim != 64 && s.head_dim != 128) continue;
+    const std::string name = std::string(type) + "/" + shape_name(s) + "/" + to_string(path);
+    benchmark::RegisterBenchmark(name.c_str(),
+                                 [s, opt](benchmark::State& st) { run<T>(st, s, Algorithm::Auto, opt); })
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond)
+        ->MinTime(0.2);
+  }
+}
+#endif
 
 /// A DeepSeek-V3 decode problem: B sequences of `keys` tokens each in a paged
 /// cache (pages in a scattered order), Tq new queries per sequence, RoPE part.
@@ -481,6 +503,17 @@ int main(int argc, char** argv) {
 #endif
 #if KOKKOSMLA_HAS_HALF
     KokkosMLA::Bench::register_all<Kokkos::Experimental::half_t>("fp16", {KokkosMLA::Algorithm::Auto});
+#endif
+#if KOKKOSMLA_ENABLE_SM90A
+    // The mma.sync prefill beside the Hopper one that Auto takes.
+#if KOKKOSMLA_HAS_BHALF
+    KokkosMLA::Bench::register_prefill_on<Kokkos::Experimental::bhalf_t>("bf16",
+                                                                         KokkosMLA::Path::FlashTensorSm80);
+#endif
+#if KOKKOSMLA_HAS_HALF
+    KokkosMLA::Bench::register_prefill_on<Kokkos::Experimental::half_t>("fp16",
+                                                                        KokkosMLA::Path::FlashTensorSm80);
+#endif
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
 #ifdef KOKKOS_ENABLE_CUDA

@@ -41,6 +41,7 @@ Algorithm algorithm_of(Path path) {
     case Path::DecompressedBlocked:
     case Path::DecompressedHost:
     case Path::FlashTensorSm80:
+    case Path::FlashSm90:
       return Algorithm::Decompressed;
     default:
       return Algorithm::Auto;

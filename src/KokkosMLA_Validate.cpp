@@ -53,6 +53,8 @@ std::string to_string(Path p) {
       return "DecodeTensorSm80";
     case Path::DecodeSm90:
       return "DecodeSm90";
+    case Path::FlashSm90:
+      return "FlashSm90";
     case Path::CacheHost:
       return "CacheHost";
   }

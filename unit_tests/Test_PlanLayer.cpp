@@ -5,6 +5,7 @@
 #include "Reference.hpp"
 
 #include "cuda/KokkosMLA_DecodeSm90.hpp"
+#include "cuda/KokkosMLA_FlashSm90.hpp"
 #include "cuda/KokkosMLA_Sm90a.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
@@ -219,7 +220,7 @@ TEST(PathNames, EveryPathHasAName) {
   for (Path p :
        {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
         Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters, Path::CacheBlocked,
-        Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90})
+        Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90, Path::FlashSm90})
     EXPECT_NE(to_string(p), "?");
 }
 
@@ -246,6 +247,31 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
   EXPECT_FALSE(takes(large, 80, h128));
   EXPECT_FALSE(takes(large, 100, h128));
   EXPECT_FALSE(takes(large, 90, other_widths));
+}
+#endif
+
+#if KOKKOSMLA_ENABLE_SM90A && KOKKOSMLA_HAS_BHALF
+// The Hopper prefill path takes head_dim 64 and 128 on compute capability
+// 9.0 alone, with the opt-in's team scratch, for the Decompressed algorithm.
+TEST(PathChoice, HopperPrefillNeedsSm90LargeScratchAndItsHeadDims) {
+  using Unit = Impl::FlashSm90Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+  auto takes = [](const Backend& be, int compute_capability, const Shape& s, Algorithm a = Algorithm::Auto) {
+    Impl::PrefillProblem p;
+    p.shape = s;
+    p.options.algorithm = a;
+    p.backend = be;
+    p.backend.compute_capability = compute_capability;
+    return Unit::applicable(p);
+  };
+  const Shape d128{1, 4096, 4096, 16, 128, 512}, d64{4, 1024, 1024, 16, 64, 256}, d96{1, 64, 64, 2, 96, 64};
+  EXPECT_TRUE(takes(large, 90, d128));
+  EXPECT_TRUE(takes(large, 90, d64));
+  EXPECT_TRUE(takes(large, 90, d128, Algorithm::Decompressed));
+  EXPECT_FALSE(takes(large, 90, d128, Algorithm::Fused));
+  EXPECT_FALSE(takes(large, 90, d96));
+  EXPECT_FALSE(takes(classic, 90, d128));
+  EXPECT_FALSE(takes(large, 80, d128));
+  EXPECT_FALSE(takes(large, 100, d64));
 }
 #endif
 

@@ -10,18 +10,19 @@
 #include "KokkosMLA_WidenedPaths.hpp"
 #include "cuda/KokkosMLA_DecodeSm90.hpp"
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
+#include "cuda/KokkosMLA_FlashSm90.hpp"
 #include "cuda/KokkosMLA_FlashTensorSm80.hpp"
 
 namespace KokkosMLA {
 namespace Impl {
 
 /// Prefill: 16-bit types end at Widened, float and double at Fused.
-using PrefillPaths = PathList<FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath,
+using PrefillPaths = PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath,
                               DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath, CacheHostPath, CacheBlockedPath,
-                            CacheRegistersPath, CacheLatentPath>;
+using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath, CacheHostPath,
+                            CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA

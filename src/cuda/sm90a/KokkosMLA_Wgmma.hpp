@@ -87,6 +87,14 @@ __device__ inline void pin(float (&d)[N]) {
   "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                \
   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE \
   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+#define KOKKOSMLA_SS_N128(TYPE)                                                                             \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                              \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                              \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                                \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "                        \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                        \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, %64, %65, p, 1, 1, 0, " \
+  "0;\n}\n"
 #define KOKKOSMLA_RS_N64_TRANSPOSED(TYPE)                                                                  \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                             \
   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
@@ -105,6 +113,26 @@ __device__ inline void product_n32(float (&d)[16], std::uint64_t a, std::uint64_
   else
     asm volatile(KOKKOSMLA_SS_N32("f16")
                  : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8)
+                 : "l"(a), "l"(b), "r"(int(add)));
+#else
+  (void)d, (void)a, (void)b, (void)add;
+#endif
+}
+
+/// d (64 x 128) = A B^T (+ d when `add`) over 16 columns: A (64 rows) and B
+/// (128 rows) K-major in shared memory. bf16 when Bf16, fp16 otherwise.
+template <bool Bf16>
+__device__ inline void product_n128(float (&d)[64], std::uint64_t a, std::uint64_t b, bool add) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_SS_N128("bf16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24),
+                   KOKKOSMLA_F8(d, 32), KOKKOSMLA_F8(d, 40), KOKKOSMLA_F8(d, 48), KOKKOSMLA_F8(d, 56)
+                 : "l"(a), "l"(b), "r"(int(add)));
+  else
+    asm volatile(KOKKOSMLA_SS_N128("f16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24),
+                   KOKKOSMLA_F8(d, 32), KOKKOSMLA_F8(d, 40), KOKKOSMLA_F8(d, 48), KOKKOSMLA_F8(d, 56)
                  : "l"(a), "l"(b), "r"(int(add)));
 #else
   (void)d, (void)a, (void)b, (void)add;
@@ -132,6 +160,7 @@ __device__ inline void product_n64_transposed(float (&d)[32], const unsigned (&a
 
 #undef KOKKOSMLA_F8
 #undef KOKKOSMLA_SS_N32
+#undef KOKKOSMLA_SS_N128
 #undef KOKKOSMLA_RS_N64_TRANSPOSED
 
 }  // namespace wgmma

@@ -1,0 +1,33 @@
+#ifndef KOKKOSMLA_FLASHSM90_HPP
+#define KOKKOSMLA_FLASHSM90_HPP
+// Prefill on Hopper's warpgroup products (sm_90a), 16-bit types, head_dim
+// 64 or 128: K and V by cuBLAS (TensorPrefill), then the wgmma flash kernel
+// (src/cuda/sm90a/KokkosMLA_FlashSm90Kernel.hpp), 128 query rows a team. It
+// needs compute capability 9.0 and the large team scratch of a Kokkos with
+// the CUDA shared-memory opt-in. Defined in src/cuda/sm90a/KokkosMLA_FlashSm90.cu,
+// built where KOKKOSMLA_ENABLE_SM90A.
+
+#include "cuda/KokkosMLA_TensorPrefill.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class Scalar, class ExecSpace>
+class FlashSm90Path final : public TensorPrefill<Scalar, ExecSpace> {
+ public:
+  static constexpr bool available =
+      KOKKOSMLA_ENABLE_SM90A && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
+  static bool applicable(const PrefillProblem& p);
+  using Call = typename TensorPrefill<Scalar, ExecSpace>::Call;
+
+  FlashSm90Path(const ExecSpace& exec, const PrefillProblem& p);
+  static constexpr Path id = Path::FlashSm90;
+  Path path() const override { return id; }
+  std::string describe() const override;
+  void run(const ExecSpace& exec, const Call& call) const override;
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif

@@ -1,0 +1,259 @@
+#ifndef KOKKOSMLA_FLASHSM90KERNEL_HPP
+#define KOKKOSMLA_FLASHSM90KERNEL_HPP
+// Flash attention on Hopper's warpgroup products (sm_90a): the Decompressed
+// prefill's attention for 16-bit q, K and V with head_dim 64 or 128, fp32
+// accumulation and an fp32 online softmax.
+//
+// A team is two warpgroups (256 threads) over 128 query rows of one (batch,
+// head), 64 per warpgroup; teams take tiles in the mma.sync kernel's order
+// (FlashOperands::locate). The queries stay in team scratch; K and V arrive in
+// 128-key tiles by cp.async, two buffers of each, in wgmma's 128-byte-swizzled
+// layout, and one copy of a tile serves both groups. Per tile j a warpgroup
+//   issues S_j = Q K_j^T   (D / 16 m64n128k16 products, both operands in scratch),
+//   issues O += P_{j-1} V_{j-1}   (m64n64k16 products, P from registers, V read
+//                          transposed), so that the tensor cores run the
+//                          previous tile's values while
+//   the softmax of S_j runs once S_j is done (max, exponentials, sums), and
+//   rescales O once the products into it are done.
+// Registers per thread: 64 scores, 32 for P packed, D / 2 for O. K_{j+1} and
+// V_j are requested at the start of tile j (after the one barrier of the
+// step, which frees the buffers of K_{j-1} and V_{j-2}) and awaited at the
+// start of tile j + 1. Masks are applied only on tiles that cross the causal
+// diagonal or the last key. Scratch: 32 + 4 x 32 KB at D = 128 (161 KB), half
+// that at D = 64: a Kokkos with the CUDA shared-memory opt-in.
+
+#include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
+#include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
+#include "impl/KokkosMLA_FlashTensorKernel.hpp"
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class T, int D>
+struct FlashSm90Kernel : FlashOperands<T, D> {
+  using Base = FlashOperands<T, D>;
+  using Base::batch, Base::causal, Base::heads, Base::k, Base::keys, Base::lse, Base::out, Base::q,
+      Base::queries, Base::scale, Base::scratch_level, Base::v;
+  static_assert(D == 64 || D == 128, "head_dim 64 or 128");
+  using Element = std::uint16_t;
+  using Ops = Mma<T>;
+  static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
+  static constexpr int kGroups = 2, kThreads = 128 * kGroups;
+  static constexpr int kRows = 64 * kGroups;  // query rows a team: one product's M per warpgroup
+  static constexpr int kKeys = 128;           // keys a tile: the score product's N
+  static constexpr int kScores = kKeys / 2;   // score accumulators a thread
+  static constexpr int kChunks = D / 64;      // m64n64 value products per 16 keys
+  static constexpr int kPieces = D / 8;       // 16-byte pieces a row
+  static constexpr int kQueryBytes = kRows * D * 2;
+  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr bool needs_full_team = true;
+  using bounds = Kokkos::LaunchBounds<kThreads, 1>;
+  using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
+
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
+    return std::size_t(kQueryBytes) + 4 * std::size_t(kTileBytes) + wgmma::kAtomBytes;
+  }
+  KOKKOS_INLINE_FUNCTION std::int64_t query_tiles() const { return (queries + kRows - 1) / kRows; }
+  std::int64_t league_size() const { return query_tiles() * batch * heads; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+    attend(team);
+#elif defined(__CUDA_ARCH__)
+    (void)team;
+    Kokkos::abort("KokkosMLA::FlashSm90Kernel: this GPU's code was built without sm_90a instructions");
+#else
+    (void)team;
+#endif
+  }
+
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  /// Copies the team's query rows (zeros past the last) into the swizzled
+  /// query tile with ordinary loads: q need only hold element pairs.
+  __device__ void stage_queries(const Element* head, std::int64_t q0, char* tile, int rank) const {
+    for (int i = rank; i < kRows * kPieces; i += kThreads) {
+      const int row = i / kPieces, piece = i % kPieces;
+      unsigned word[4] = {0, 0, 0, 0};
+      if (q0 + row < queries) {
+        const auto* from = reinterpret_cast<const unsigned*>(head + (q0 + row) * heads * D + 8 * piece);
+        KOKKOSMLA_UNROLL
+        for (int w = 0; w < 4; ++w) word[w] = from[w];
+      }
+      *reinterpret_cast<uint4*>(tile + wgmma::swizzled_offset(kRows, row, 8 * piece)) =
+          make_uint4(word[0], word[1], word[2], word[3]);
+    }
+  }
+
+  /// This thread's share of copying a tile: the 16-byte piece `piece` of
+  /// rows first, first + kStep, ... (kStep a multiple of 8, so that each row's
+  /// piece lands at the same swizzled column: one offset, rows 128 bytes apart).
+  static constexpr int kStep = kThreads / kPieces;
+  struct TileCopy {
+    int first;             ///< this thread's first row of a tile
+    int at;                ///< its byte offset in the tile
+    std::int64_t advance;  ///< elements from one of its rows to the next (kStep keys)
+  };
+
+  /// Starts copying rows k0 .. k0 + kKeys - 1 of one head of K or V (zeros
+  /// from `keys` on) into a swizzled tile; `from` is this thread's piece of
+  /// row k0 + c.first. The caller commits.
+  __device__ static void stage_tile(const Element* from, int remaining, char* tile, const TileCopy& c) {
+    static_assert(kKeys % kStep == 0 && kStep % 8 == 0, "whole passes, rows at one swizzled column");
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kKeys / kStep; ++pass) {
+      const bool valid = c.first + pass * kStep < remaining;
+      copy_async<CopyVia::L2>(tile + c.at + pass * kStep * 128, valid ? from + pass * c.advance : from,
+                              valid);
+    }
+  }
+
+  __device__ void attend(const Member& team) const {
+    const int rank = team.team_rank(), group = rank / 128, lane = rank % 32;
+    const int t = lane % 4;                                             // fragment column pair
+    const int row0 = 64 * group + 16 * ((rank % 128) / 32) + lane / 4;  // this thread's rows: row0, row0 + 8
+    const FlashTile at = this->locate(team.league_rank(), query_tiles());
+    const std::int64_t q0 = at.tile * kRows, pair = (at.b * keys) * heads + at.h;
+    const auto* qh = reinterpret_cast<const Element*>(q) + (at.b * queries * heads + at.h) * D;
+    const auto* kh = reinterpret_cast<const Element*>(k) + pair * D;
+    const auto* vh = reinterpret_cast<const Element*>(v) + pair * D;
+
+    auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
+    char* query_tile =
+        reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + wgmma::kAtomBytes - 1) &
+                                ~std::uintptr_t(wgmma::kAtomBytes - 1));
+    char* key_tiles = query_tile + kQueryBytes;      // two buffers
+    char* value_tiles = key_tiles + 2 * kTileBytes;  // two buffers
+    const unsigned queries_at = unsigned(__cvta_generic_to_shared(query_tile)) + 64 * group * 128;
+    auto shared_at = [](char* p) { return unsigned(__cvta_generic_to_shared(p)); };
+
+    // Query row r sits at key position offset + r and, when causal, sees keys up to it.
+    const std::int64_t offset = keys - queries;
+    auto row_end = [&](std::int64_t r) { return causal && offset + r + 1 < keys ? offset + r + 1 : keys; };
+    const std::int64_t last = (q0 + kRows < queries ? q0 + kRows : queries) - 1;
+    // Key positions are below 2^31 (validated): the loop counts in 32 bits.
+    const int tiles = int((row_end(last) + kKeys - 1) / kKeys);  // every row sees key 0: at least one
+    const int mask_from = int(row_end(q0 + 64 * group));         // this group's first row sees fewest
+    const int visible0 = int(row_end(q0 + row0)), visible1 = int(row_end(q0 + row0 + 8));
+
+    const std::int64_t ld = heads * D;  // elements between rows of one head of K or V
+    const TileCopy copy{rank / kPieces, wgmma::swizzled_offset(kKeys, rank / kPieces, 8 * (rank % kPieces)),
+                        kStep * ld};
+    const Element* k_from = kh + copy.first * ld + 8 * (rank % kPieces);  // this thread's piece of row 0
+    const Element* v_from = vh + (k_from - kh);
+    const int key_count = int(keys);
+    stage_queries(qh, q0, query_tile, rank);
+    stage_tile(k_from, key_count, key_tiles, copy);
+    commit_copies();  // K_0
+    if (tiles > 1) stage_tile(k_from + kKeys * ld, key_count - kKeys, key_tiles + kTileBytes, copy);
+    stage_tile(v_from, key_count, value_tiles, copy);
+    commit_copies();  // K_1, V_0
+
+    float o[kChunks][32];
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
+    for (int i = 0; i < 32; ++i) o[c][i] = 0.f;
+    float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f}, correction[2];
+    const float scale2 = scale * 1.4426950408889634f;
+    float s[kScores];  // defined before the first product: undefined, ptxas serializes products (C7515)
+    KOKKOSMLA_UNROLL
+    for (int i = 0; i < kScores; ++i) s[i] = 0.f;
+
+    wait_copies<1>();  // K_0
+    wgmma::fence_shared_writes();
+    team.team_barrier();  // the queries and K_0 visible
+    issue_scores(s, queries_at, shared_at(key_tiles));
+    wgmma::wait<0>();
+    wgmma::pin(s);
+    wgmma::online_softmax(s, m, l, correction, kKeys > mask_from, visible0, visible1, t, scale2);
+    unsigned pa[kKeys / 16][4];
+    for (int j = 1; j < tiles; ++j) {
+      const int k0 = j * kKeys;
+      wait_copies<0>();  // K_j and V_{j-1}
+      wgmma::fence_shared_writes();
+      team.team_barrier();  // visible; every group is done with K_{j-1} and V_{j-2}: their buffers are free
+      if (j + 1 < tiles)
+        stage_tile(k_from + (k0 + kKeys) * ld, key_count - k0 - kKeys, key_tiles + (j + 1) % 2 * kTileBytes,
+                   copy);
+      stage_tile(v_from + k0 * ld, key_count - k0, value_tiles + j % 2 * kTileBytes, copy);
+      commit_copies();  // K_{j+1}, V_j
+      wgmma::pack_probabilities<Ops>(pa, s);
+      issue_scores(s, queries_at, shared_at(key_tiles + j % 2 * kTileBytes));
+      issue_values(o, pa, shared_at(value_tiles + (j - 1) % 2 * kTileBytes));
+      wgmma::wait<1>();  // S_j
+      wgmma::pin(s);
+      wgmma::online_softmax(s, m, l, correction, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t,
+                            scale2);
+      wgmma::wait<0>();  // O += P_{j-1} V_{j-1}
+      KOKKOSMLA_UNROLL
+      for (int c = 0; c < kChunks; ++c) {
+        wgmma::pin(o[c]);
+        wgmma::rescale(o[c], correction);
+      }
+    }
+    wait_copies<0>();  // V of the last tile
+    wgmma::fence_shared_writes();
+    team.team_barrier();
+    wgmma::pack_probabilities<Ops>(pa, s);
+    issue_values(o, pa, shared_at(value_tiles + (tiles - 1) % 2 * kTileBytes));
+    wgmma::wait<0>();
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
+    finish(o, m, l, at, q0 + row0, t);
+  }
+
+  /// Issues s = Q K^T over D (the first product overwrites s) as one group:
+  /// this warpgroup's 64 query rows against the tile's 128 keys.
+  __device__ static void issue_scores(float (&s)[kScores], unsigned queries_at, unsigned tile_at) {
+    wgmma::fence();
+    KOKKOSMLA_UNROLL
+    for (int step = 0; step < D / 16; ++step) {
+      const int block = step / 4, within = 32 * (step % 4);
+      wgmma::product_n128<kBf16>(
+          s, wgmma::descriptor(queries_at + block * kRows * 128 + within, 0, wgmma::kAtomBytes),
+          wgmma::descriptor(tile_at + block * kKeys * 128 + within, 0, wgmma::kAtomBytes), step > 0);
+    }
+    wgmma::commit();
+  }
+
+  /// Issues o += P V as one group: P's A fragments from registers, V the
+  /// tile read transposed, 64 output columns a product.
+  __device__ static void issue_values(float (&o)[kChunks][32], const unsigned (&pa)[kKeys / 16][4],
+                                      unsigned tile_at) {
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
+    wgmma::fence();
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < kKeys / 16; ++j) KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c)
+      wgmma::product_n64_transposed<kBf16>(
+          o[c], pa[j],
+          wgmma::descriptor(tile_at + c * kKeys * 128 + j * 16 * 128, kKeys * 128, wgmma::kAtomBytes));
+    wgmma::commit();
+  }
+
+  /// Normalises and writes this thread's outputs of rows row and row + 8, and lse.
+  __device__ void finish(const float (&o)[kChunks][32], const float (&m)[2], float (&l)[2],
+                         const FlashTile& at, std::int64_t row, int t) const {
+    auto* oh = reinterpret_cast<Element*>(out) + (at.b * queries * heads + at.h) * D;
+    KOKKOSMLA_UNROLL
+    for (int r = 0; r < 2; ++r) {
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
+      l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
+      const std::int64_t n = row + 8 * r;
+      if (n >= queries) continue;
+      const float inv = 1.f / l[r];
+      KOKKOSMLA_UNROLL
+      for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
+      for (int j = 0; j < 8; ++j)
+        *reinterpret_cast<unsigned*>(oh + n * heads * D + 64 * c + 8 * j + 2 * t) =
+            Ops::pack(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
+      if (lse && t == 0) lse[(at.b * queries + n) * heads + at.h] = m[r] * 0.6931471805599453f + logf(l[r]);
+    }
+  }
+#endif
+};
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
