@@ -71,16 +71,23 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   /// Copies the team's query rows (zeros past the last) into the swizzled
   /// query tile with ordinary loads: q need only hold element pairs.
   __device__ void stage_queries(const Element* head, std::int64_t q0, char* tile, int rank) const {
-    for (int i = rank; i < kRows * kPieces; i += kThreads) {
-      const int row = i / kPieces, piece = i % kPieces;
-      unsigned word[4] = {0, 0, 0, 0};
-      if (q0 + row < queries) {
-        const auto* from = reinterpret_cast<const unsigned*>(head + (q0 + row) * heads * D + 8 * piece);
-        KOKKOSMLA_UNROLL
-        for (int w = 0; w < 4; ++w) word[w] = from[w];
-      }
-      *reinterpret_cast<uint4*>(tile + wgmma::swizzled_offset(kRows, row, 8 * piece)) =
-          make_uint4(word[0], word[1], word[2], word[3]);
+    constexpr int kPasses = kRows * kPieces / kThreads;
+    static_assert(kRows * kPieces % kThreads == 0, "whole passes");
+    float word[kPasses][4];  // 16-bit pairs as bit patterns; every load in flight before the first store
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int i = rank + pass * kThreads, row = i / kPieces, piece = i % kPieces;
+      const auto* from = reinterpret_cast<const float*>(head + (q0 + row) * heads * D + 8 * piece);
+      const bool valid = q0 + row < queries;
+      KOKKOSMLA_UNROLL
+      for (int w = 0; w < 4; ++w) word[pass][w] = valid ? from[w] : 0.f;
+    }
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int i = rank + pass * kThreads;
+      store_shared(
+          reinterpret_cast<float*>(tile + wgmma::swizzled_offset(kRows, i / kPieces, 8 * (i % kPieces))),
+          word[pass]);
     }
   }
 
@@ -141,12 +148,12 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     const Element* k_from = kh + copy.first * ld + 8 * (rank % kPieces);  // this thread's piece of row 0
     const Element* v_from = vh + (k_from - kh);
     const int key_count = int(keys);
-    stage_queries(qh, q0, query_tile, rank);
     stage_tile(k_from, key_count, key_tiles, copy);
     commit_copies();  // K_0
     if (tiles > 1) stage_tile(k_from + kKeys * ld, key_count - kKeys, key_tiles + kTileBytes, copy);
     stage_tile(v_from, key_count, value_tiles, copy);
     commit_copies();  // K_1, V_0
+    stage_queries(qh, q0, query_tile, rank);  // under the copies
 
     float o[kChunks][32];
     KOKKOSMLA_UNROLL
@@ -171,14 +178,15 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       wait_copies<0>();  // K_j and V_{j-1}
       wgmma::fence_shared_writes();
       team.team_barrier();  // visible; every group is done with K_{j-1} and V_{j-2}: their buffers are free
+      // The products first, then the copies under them.
+      wgmma::pack_probabilities<Ops>(pa, s);
+      issue_scores(s, queries_at, shared_at(key_tiles + j % 2 * kTileBytes));
+      issue_values(o, pa, shared_at(value_tiles + (j - 1) % 2 * kTileBytes));
       if (j + 1 < tiles)
         stage_tile(k_from + (k0 + kKeys) * ld, key_count - k0 - kKeys, key_tiles + (j + 1) % 2 * kTileBytes,
                    copy);
       stage_tile(v_from + k0 * ld, key_count - k0, value_tiles + j % 2 * kTileBytes, copy);
-      commit_copies();  // K_{j+1}, V_j
-      wgmma::pack_probabilities<Ops>(pa, s);
-      issue_scores(s, queries_at, shared_at(key_tiles + j % 2 * kTileBytes));
-      issue_values(o, pa, shared_at(value_tiles + (j - 1) % 2 * kTileBytes));
+      commit_copies();   // K_{j+1}, V_j
       wgmma::wait<1>();  // S_j
       wgmma::pin(s);
       wgmma::online_softmax(s, m, l, correction, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t,

@@ -22,26 +22,42 @@ namespace wgmma {
 template <int N>
 __device__ inline void softmax_scores(float (&s)[N], float (&m)[2], float (&l)[2], float (&correction)[2],
                                       float scale2) {
-  float mx[2] = {-INFINITY, -INFINITY};
+  // Four partial maxima and sums a row (by n8 tile), so that the reductions
+  // are four short chains of dependent instructions, not one long one.
+  constexpr int kParts = N / 4 < 4 ? N / 4 : 4;
+  float mx[2][kParts], sum[2][kParts];
 #pragma unroll
-  for (int i = 0; i < N; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], s[i]);
+  for (int r = 0; r < 2; ++r)
+#pragma unroll
+    for (int k = 0; k < kParts; ++k) mx[r][k] = -INFINITY, sum[r][k] = 0.f;
+#pragma unroll
+  for (int i = 0; i < N; ++i)
+    mx[(i / 2) % 2][(i / 4) % kParts] = fmaxf(mx[(i / 2) % 2][(i / 4) % kParts], s[i]);
   float shift[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-    const float top = fmaxf(m[r], mx[r] == -INFINITY ? -INFINITY : mx[r] * scale2);
+#pragma unroll
+    for (int k = 1; k < kParts; ++k) mx[r][0] = fmaxf(mx[r][0], mx[r][k]);
+    mx[r][0] = fmaxf(mx[r][0], __shfl_xor_sync(0xffffffffu, mx[r][0], 1));
+    mx[r][0] = fmaxf(mx[r][0], __shfl_xor_sync(0xffffffffu, mx[r][0], 2));
+    const float top = fmaxf(m[r], mx[r][0] == -INFINITY ? -INFINITY : mx[r][0] * scale2);
     const float base = top == -INFINITY ? 0.f : top;
     correction[r] = fast_exp2(m[r] - base);  // 0 while m is -inf
     m[r] = top;
-    l[r] *= correction[r];
     shift[r] = -base;
   }
 #pragma unroll
   for (int i = 0; i < N; ++i) {
     const int r = (i / 2) % 2;
     s[i] = fast_exp2(fmaf(s[i], scale2, shift[r]));
-    l[r] += s[i];
+    sum[r][(i / 4) % kParts] += s[i];
+  }
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float tile_sum = sum[r][0];
+#pragma unroll
+    for (int k = 1; k < kParts; ++k) tile_sum += sum[r][k];
+    l[r] = l[r] * correction[r] + tile_sum;
   }
 }
 
