@@ -2,8 +2,9 @@
 """Plots achieved prefill TFLOP/s (useful FLOPs of the Decompressed count) per
 shape and implementation from perf_tests/results/h200.jsonl: fp32 per
 algorithm against the SGEMM ceiling measured in the same campaign, and the
-tensor-core types (bf16, fp16, TF32) against PyTorch in the same dtype (TF32:
-against PyTorch's fp32, TF32 off); and bf16 decoding (Tq = 1, FlashMLA's
+tensor-core types (bf16, fp16, TF32; the newest run of each, T = 1K..32K at
+H = 16 included) against PyTorch in the same dtype (TF32: against PyTorch's
+fp32, TF32 off); and bf16 decoding (Tq = 1, FlashMLA's
 shapes) in GB/s against FlashMLA and the copy bandwidth of the same run.
 
   python3 perf_tests/plot_results.py perf_tests/results/h200.jsonl docs/h200_tflops.png
@@ -19,18 +20,18 @@ sgemm = max(r["sgemm_TFLOPs"] for r in rows if r.get("impl") == "ceilings")
 gpu = [r for r in rows if r.get("backend") in ("cuda", "torch-cuda") and "shape" in r and "Tq" not in r]
 
 
-def first(dtype, impl, shape):
-    """The first row of this dtype, implementation and shape (older rows first)."""
+def pick(dtype, impl, shape, newest):
+    """The first (or the newest) row of this dtype, implementation and shape (older rows first)."""
     hit = [r for r in gpu if r.get("dtype", "float32") == dtype and r["impl"] == impl and tuple(r["shape"]) == shape]
-    return hit[0]["tflops"] if hit else None
+    return hit[-1 if newest else 0]["tflops"] if hit else None
 
 
-def panel(ax, series, shapes, title, ylabel):
+def panel(ax, series, shapes, title, ylabel, newest=False):
     width = 0.8 / len(series)
     for k, (label, dtype, impl) in enumerate(series):
         xs, ys = [], []
         for i, s in enumerate(shapes):
-            y = first(dtype, impl, s)
+            y = pick(dtype, impl, s, newest)
             if y is not None:
                 xs.append(i + (k - (len(series) - 1) / 2) * width)
                 ys.append(y)
@@ -63,12 +64,14 @@ panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
 top.axhline(sgemm, color="k", linestyle="--", label="SGEMM ceiling (%.1f TFLOP/s)" % sgemm)
 top.legend(fontsize=7, loc="lower right")
 panel(bottom, [("torch bf16 (decompress + SDPA)", "bfloat16", "torch-decompress-sdpa"),
-               ("kokkosmla bf16", "bfloat16", "kokkosmla-auto"),
+               ("kokkosmla bf16 (FlashSm90 on Hopper)", "bfloat16", "kokkosmla-auto"),
+               ("kokkosmla bf16, mma.sync (FlashTensorSm80)", "bfloat16", "kokkosmla-flashtensorsm80"),
                ("torch fp16", "float16", "torch-decompress-sdpa"),
                ("kokkosmla fp16", "float16", "kokkosmla-auto"),
                ("kokkosmla tf32 (allow_tf32)", "tf32", "kokkosmla-auto"),
                ("torch fp32, TF32 off", "float32", "torch-decompress-sdpa")],
-      tensor_shapes, "Tensor cores: bf16 / fp16 / TF32, one H200", "useful TFLOP/s (Decompressed count)")
+      tensor_shapes, "Tensor cores: bf16 / fp16 / TF32 (newest run of each), one H200",
+      "useful TFLOP/s (Decompressed count)", newest=True)
 decode = [r for r in rows if r.get("dtype") == "bf16" and r.get("Tq") == 1 and "shape" in r]
 decode_shapes = []
 for r in decode:
