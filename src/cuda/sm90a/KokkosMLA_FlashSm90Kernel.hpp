@@ -22,6 +22,7 @@
 // diagonal or the last key. Scratch: 32 + 4 x 32 KB at D = 128 (161 KB), half
 // that at D = 64: a Kokkos with the CUDA shared-memory opt-in.
 
+#include "cuda/sm90a/KokkosMLA_Barriers.hpp"
 #include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_FlashTensorKernel.hpp"
@@ -46,12 +47,14 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   static constexpr int kPieces = D / 8;       // 16-byte pieces a row
   static constexpr int kQueryBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kBarriers = 8;  // full and empty, of two K and two V buffers
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
-    return std::size_t(kQueryBytes) + 4 * std::size_t(kTileBytes) + wgmma::kAtomBytes;
+    return std::size_t(kQueryBytes) + 4 * std::size_t(kTileBytes) + kBarriers * sizeof(std::uint64_t) +
+           wgmma::kAtomBytes;
   }
   KOKKOS_INLINE_FUNCTION std::int64_t query_tiles() const { return (queries + kRows - 1) / kRows; }
   std::int64_t league_size() const { return query_tiles() * batch * heads; }
@@ -148,12 +151,34 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     const Element* k_from = kh + copy.first * ld + 8 * (rank % kPieces);  // this thread's piece of row 0
     const Element* v_from = vh + (k_from - kh);
     const int key_count = int(keys);
-    stage_tile(k_from, key_count, key_tiles, copy);
-    commit_copies();  // K_0
-    if (tiles > 1) stage_tile(k_from + kKeys * ld, key_count - kKeys, key_tiles + kTileBytes, copy);
-    stage_tile(v_from, key_count, value_tiles, copy);
-    commit_copies();  // K_1, V_0
+
+    // Tile i of K (of V) lives in buffer i % 2. full: its copies have landed
+    // (every thread's arrive when its own have); empty: both groups are done
+    // with it. The i-th use of a buffer is the barrier's phase i / 2.
+    std::uint64_t* full_k = reinterpret_cast<std::uint64_t*>(value_tiles + 2 * kTileBytes);
+    std::uint64_t *full_v = full_k + 2, *empty_k = full_k + 4, *empty_v = full_k + 6;
+    if (rank == 0)
+      for (int i = 0; i < kBarriers; ++i) sync::init(full_k + i, kThreads);
+    team.team_barrier();
+    auto fill = [&](const Element* from, std::uint64_t* full, std::uint64_t* empty, char* buffers, int i) {
+      if (i >= 2) sync::wait(empty + i % 2, ((i - 2) / 2) & 1);  // tile i - 2 released by both groups
+      stage_tile(from + std::int64_t(i) * kKeys * ld, key_count - i * kKeys, buffers + i % 2 * kTileBytes,
+                 copy);
+      sync::arrive_when_copied(full + i % 2);
+    };
+    auto await = [&](std::uint64_t* full, int i) { sync::wait(full + i % 2, (i / 2) & 1); };
+    // The groups take turns issuing products (named barriers 1 and 2), so
+    // that one's softmax runs while the tensor cores work for the other.
+    auto take_turn = [&] { sync::named_wait(1 + group, kThreads); };
+    auto pass_turn = [&] { sync::named_arrive(2 - group, kThreads); };
+
+    fill(k_from, full_k, empty_k, key_tiles, 0);
+    if (tiles > 1) fill(k_from, full_k, empty_k, key_tiles, 1);
+    fill(v_from, full_v, empty_v, value_tiles, 0);
     stage_queries(qh, q0, query_tile, rank);  // under the copies
+    wgmma::fence_shared_writes();
+    team.team_barrier();          // the queries visible
+    if (group == 1) pass_turn();  // group 0 goes first
 
     float o[kChunks][32];
     KOKKOSMLA_UNROLL
@@ -165,48 +190,55 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     KOKKOSMLA_UNROLL
     for (int i = 0; i < kScores; ++i) s[i] = 0.f;
 
-    wait_copies<1>();  // K_0
+    await(full_k, 0);
     wgmma::fence_shared_writes();
-    team.team_barrier();  // the queries and K_0 visible
+    take_turn();
     issue_scores(s, queries_at, shared_at(key_tiles));
+    pass_turn();
     wgmma::wait<0>();
+    sync::arrive(empty_k);
     wgmma::pin(s);
     wgmma::online_softmax(s, m, l, correction, kKeys > mask_from, visible0, visible1, t, scale2);
     unsigned pa[kKeys / 16][4];
     for (int j = 1; j < tiles; ++j) {
       const int k0 = j * kKeys;
-      wait_copies<0>();  // K_j and V_{j-1}
+      await(full_k, j);
+      await(full_v, j - 1);
       wgmma::fence_shared_writes();
-      team.team_barrier();  // visible; every group is done with K_{j-1} and V_{j-2}: their buffers are free
-      // The products first, then the copies under them.
       wgmma::pack_probabilities<Ops>(pa, s);
+      take_turn();
       issue_scores(s, queries_at, shared_at(key_tiles + j % 2 * kTileBytes));
       issue_values(o, pa, shared_at(value_tiles + (j - 1) % 2 * kTileBytes));
-      if (j + 1 < tiles)
-        stage_tile(k_from + (k0 + kKeys) * ld, key_count - k0 - kKeys, key_tiles + (j + 1) % 2 * kTileBytes,
-                   copy);
-      stage_tile(v_from + k0 * ld, key_count - k0, value_tiles + j % 2 * kTileBytes, copy);
-      commit_copies();   // K_{j+1}, V_j
+      pass_turn();
+      if (j + 1 < tiles) fill(k_from, full_k, empty_k, key_tiles, j + 1);
+      fill(v_from, full_v, empty_v, value_tiles, j);
       wgmma::wait<1>();  // S_j
       wgmma::pin(s);
+      sync::arrive(empty_k + j % 2);
       wgmma::online_softmax(s, m, l, correction, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t,
                             scale2);
       wgmma::wait<0>();  // O += P_{j-1} V_{j-1}
+      sync::arrive(empty_v + (j - 1) % 2);
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) {
         wgmma::pin(o[c]);
         wgmma::rescale(o[c], correction);
       }
     }
-    wait_copies<0>();  // V of the last tile
+    await(full_v, tiles - 1);
     wgmma::fence_shared_writes();
-    team.team_barrier();
     wgmma::pack_probabilities<Ops>(pa, s);
+    take_turn();
     issue_values(o, pa, shared_at(value_tiles + (tiles - 1) % 2 * kTileBytes));
+    if (group == 0) pass_turn();  // group 1's last turn is passed to no one
     wgmma::wait<0>();
     KOKKOSMLA_UNROLL
     for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
     finish(o, m, l, at, q0 + row0, t);
+    team.team_barrier();  // every thread done with the barriers: the next team of this block sets them up
+                          // anew
+    if (rank == 0)
+      for (int i = 0; i < kBarriers; ++i) sync::invalidate(full_k + i);
   }
 
   /// Issues s = Q K^T over D (the first product overwrites s) as one group:
