@@ -253,17 +253,7 @@ struct DecodeSm90Kernel
                                           unsigned tile_at, int group) {
     unsigned pa[kKeys / 16][4];
     wgmma::pack_probabilities<Ops>(pa, p);
-    KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
-    wgmma::fence();
-    KOKKOSMLA_UNROLL
-    for (int j = 0; j < kKeys / 16; ++j) KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c)
-      wgmma::product_n64_transposed<kBf16>(
-          o[c], pa[j],
-          wgmma::descriptor(tile_at + (group * kChunks + c) * kKeys * 128 + j * 16 * 128, kKeys * 128,
-                            wgmma::kAtomBytes));
-    wgmma::commit();
+    wgmma::issue_values<kBf16>(o, pa, tile_at, kKeys, group * kChunks);
   }
 
   /// Normalises and writes this thread's oa of rows n0 and n0 + 8 (this

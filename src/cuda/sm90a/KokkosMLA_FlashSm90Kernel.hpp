@@ -228,7 +228,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       wgmma::pack_probabilities<Ops>(pa, s);
       take_turn();
       issue_scores(s, queries_at, shared_at(keys_ring.buffer(j)));
-      issue_values(o, pa, shared_at(values_ring.buffer(j - 1)));
+      wgmma::issue_values<kBf16>(o, pa, shared_at(values_ring.buffer(j - 1)), kKeys, 0);
       pass_turn();
       if (j + 1 < tiles) fill(k_from, keys_ring, j + 1);
       fill(v_from, values_ring, j);
@@ -249,7 +249,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     wgmma::fence_shared_writes();
     wgmma::pack_probabilities<Ops>(pa, s);
     take_turn();
-    issue_values(o, pa, shared_at(values_ring.buffer(tiles - 1)));
+    wgmma::issue_values<kBf16>(o, pa, shared_at(values_ring.buffer(tiles - 1)), kKeys, 0);
     if (group == 0) pass_turn();  // group 1's last turn is passed to no one
     wgmma::wait<0>();
     KOKKOSMLA_UNROLL
@@ -272,22 +272,6 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
           s, wgmma::descriptor(queries_at + block * kRows * 128 + within, 0, wgmma::kAtomBytes),
           wgmma::descriptor(tile_at + block * kKeys * 128 + within, 0, wgmma::kAtomBytes), step > 0);
     }
-    wgmma::commit();
-  }
-
-  /// Issues o += P V as one group: P's A fragments from registers, V the
-  /// tile read transposed, 64 output columns a product.
-  __device__ static void issue_values(float (&o)[kChunks][32], const unsigned (&pa)[kKeys / 16][4],
-                                      unsigned tile_at) {
-    KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
-    wgmma::fence();
-    KOKKOSMLA_UNROLL
-    for (int j = 0; j < kKeys / 16; ++j) KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c)
-      wgmma::product_n64_transposed<kBf16>(
-          o[c], pa[j],
-          wgmma::descriptor(tile_at + c * kKeys * 128 + j * 16 * 128, kKeys * 128, wgmma::kAtomBytes));
     wgmma::commit();
   }
 

@@ -158,6 +158,25 @@ __device__ inline void product_n64_transposed(float (&d)[32], const unsigned (&a
 #endif
 }
 
+/// Issues o += P V as one group: P's A fragments (one per 16 keys) from
+/// registers, V a swizzled tile of `keys` rows read transposed, chunk c of o
+/// from the tile's 64-column block first_block + c.
+template <bool Bf16, int Chunks, int Steps>
+__device__ inline void issue_values(float (&o)[Chunks][32], const unsigned (&pa)[Steps][4], unsigned tile_at,
+                                    int keys, int first_block) {
+#pragma unroll
+  for (int c = 0; c < Chunks; ++c) pin(o[c]);
+  fence();
+#pragma unroll
+  for (int j = 0; j < Steps; ++j)
+#pragma unroll
+    for (int c = 0; c < Chunks; ++c)
+      product_n64_transposed<Bf16>(
+          o[c], pa[j],
+          descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+  commit();
+}
+
 #undef KOKKOSMLA_F8
 #undef KOKKOSMLA_SS_N32
 #undef KOKKOSMLA_SS_N128
