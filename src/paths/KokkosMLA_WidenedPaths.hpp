@@ -110,7 +110,7 @@ class WidenedCachePath final : public PlannedCache<Scalar, ExecSpace> {
   /// Buffer: float copies of q, q_rope, the cache (gathered), w_uk, w_uv and out, in that order.
   WidenedCachePath(const ExecSpace& exec, const CacheProblem& p)
       : widened_{
-            CachePlan<float, ExecSpace>(exec, p.shape, inner_options(p.options)),
+            CachePlan<float, ExecSpace>(exec, unpacked(p.shape), inner_options(p.options)),
             Impl::workspace<float, memory_space>(
                 "KokkosMLA::CachePlan::widened",
                 p.shape.batch * p.shape.queries * p.shape.heads * (2 * p.shape.head_dim + p.shape.rope_dim) +
@@ -153,6 +153,11 @@ class WidenedCachePath final : public PlannedCache<Scalar, ExecSpace> {
   }
 
  private:
+  /// The float plan's shape: packed queries reach it already padded by the outer plan.
+  static CacheShape unpacked(CacheShape s) {
+    s.packed_queries = false;
+    return s;
+  }
   WidenedPlan<CachePlan<float, ExecSpace>, memory_space> widened_;
 };
 
