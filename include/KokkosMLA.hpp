@@ -5,5 +5,6 @@
 #include <KokkosMLA_Options.hpp>
 #include <KokkosMLA_Attention.hpp>
 #include <KokkosMLA_Merge.hpp>
+#include <KokkosMLA_Fp8.hpp>
 #include <KokkosMLA_Cache.hpp>
 #endif

@@ -2,6 +2,7 @@
 // extents, e.g. "KokkosMLA::attention: latent.extent(2) = 31 but w_uk.extent(0) = 32".
 
 #include <KokkosMLA_Attention.hpp>
+#include <KokkosMLA_Fp8.hpp>
 
 #include "impl/KokkosMLA_CacheChecks.hpp"
 
@@ -82,6 +83,37 @@ std::string to_string(const CacheShape& s) {
     << (s.packed_queries ? ", packed queries" : "") << (s.topk > 0 ? ", topk=" + std::to_string(s.topk) : "")
     << ")";
   return o.str();
+}
+
+std::string to_string(CacheStorage s) {
+  switch (s) {
+    case CacheStorage::Native:
+      return "Native";
+    case CacheStorage::Fp8PerBlock:
+      return "Fp8PerBlock";
+    case CacheStorage::Fp8PerTensor:
+      return "Fp8PerTensor";
+  }
+  return "?";
+}
+
+std::int64_t fp8_token_bytes(CacheStorage s, std::int64_t latent_dim, std::int64_t rope_dim) {
+  const std::string caller = "KokkosMLA::fp8_token_bytes: ";
+  if (latent_dim <= 0 || rope_dim < 0)
+    throw std::invalid_argument(caller + "latent_dim = " + std::to_string(latent_dim) + " and rope_dim = " +
+                                std::to_string(rope_dim) + ": need latent_dim > 0 and rope_dim >= 0");
+  switch (s) {
+    case CacheStorage::Fp8PerBlock:
+      if (latent_dim % kFp8BlockChannels != 0)
+        throw std::invalid_argument(caller + "latent_dim = " + std::to_string(latent_dim) +
+                                    " but Fp8PerBlock takes a multiple of 128");
+      return latent_dim + 4 * (latent_dim / kFp8BlockChannels) + 2 * rope_dim;
+    case CacheStorage::Fp8PerTensor:
+      return latent_dim + rope_dim;
+    case CacheStorage::Native:
+      break;
+  }
+  throw std::invalid_argument(caller + "storage " + to_string(s) + " is not an FP8 storage");
 }
 
 namespace Impl {
