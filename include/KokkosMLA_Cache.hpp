@@ -5,6 +5,7 @@
 // decoupled RoPE, split-KV decoding, and appending new tokens. See docs/serving.md.
 
 #include <KokkosMLA_Attention.hpp>
+#include <KokkosMLA_Fp8.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -18,6 +19,9 @@ namespace KokkosMLA {
 /// k_rope, the decoupled-RoPE keys (Dr wide, shared by all heads), is indexed
 /// the same way. In the packed layout of FlashMLA, k_rope is empty and
 /// latent is R + Dr wide: the latent, then the RoPE keys, side by side.
+/// An FP8 cache (storage not Native) keeps its tokens in fp8.tokens instead,
+/// indexed the same way, with latent and k_rope empty; queries, weights and
+/// outputs stay in the plan's Scalar (KokkosMLA_Fp8.hpp, docs/serving.md).
 template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
 struct LatentCache {
   using Tokens = Kokkos::View<Scalar***, Kokkos::LayoutRight, MemorySpace>;
@@ -28,6 +32,8 @@ struct LatentCache {
   Tokens k_rope;      ///< (same first extents, Dr), or empty
   Table block_table;  ///< (B, pages per sequence) page indices, or empty for a contiguous cache
   Lengths seqlens;    ///< (B) tokens each sequence holds, the new ones included
+  CacheStorage storage = CacheStorage::Native;
+  Fp8Tokens<MemorySpace> fp8;  ///< the tokens and scales of an FP8 storage
 };
 
 /// The arguments of one cache-attention call. Query i of sequence b sits at
@@ -84,11 +90,13 @@ struct CacheShape {
   bool packed_queries = false;
   /// Sparse attention: the entries of each row's index list (0: dense).
   std::int64_t topk = 0;
+  /// How the cache stores its tokens (FP8 storages take the Widened path).
+  CacheStorage storage = CacheStorage::Native;
 
   friend bool operator==(const CacheShape& a, const CacheShape& b) {
     return a.batch == b.batch && a.queries == b.queries && a.heads == b.heads && a.head_dim == b.head_dim &&
            a.latent_dim == b.latent_dim && a.rope_dim == b.rope_dim && a.capacity == b.capacity &&
-           a.packed_queries == b.packed_queries && a.topk == b.topk;
+           a.packed_queries == b.packed_queries && a.topk == b.topk && a.storage == b.storage;
   }
   friend bool operator!=(const CacheShape& a, const CacheShape& b) { return !(a == b); }
 };
@@ -126,6 +134,7 @@ class PackedQueries;
 /// q_rope 4-byte aligned (16-byte on DecodeSm90). Every other case gathers the
 /// sequences' tokens into a float cache, runs a float CachePlan and rounds out
 /// to Scalar.
+/// Attention over FP8 caches (shape.storage not Native) is not built yet.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class CachePlan {
   static_assert(is_supported_scalar<Scalar>,
@@ -197,9 +206,13 @@ void cache_attention(const ExecSpace& exec,
 /// Writes the latents (B, Tn, R) of each sequence's Tn newest tokens, and
 /// their RoPE keys (B, Tn, Dr) when the cache has a RoPE part, into the cache:
 /// token i of sequence b goes to position seqlens(b) - Tn + i, so seqlens
-/// already count the new tokens. Asynchronous on exec (but see
+/// already count the new tokens. An FP8 cache gets them quantised
+/// (docs/serving.md, "FP8 latent cache"): rounded to fp32, divided by their
+/// scale, rounded to e4m3 to nearest with ties to even and saturated to
+/// +-448; Fp8PerBlock scales are amax / 448 of each token's 128-channel
+/// blocks (fp8_block_scale). Asynchronous on exec (but see
 /// Options::check_cache_indices); throws std::invalid_argument before any
-/// launch on mismatched extents or indices out of range.
+/// launch on mismatched extents, indices out of range or unusable scales.
 template <class Scalar, class ExecSpace>
 void append_to_cache(
     const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,

@@ -34,6 +34,22 @@ std::string to_string(CacheStorage s);
 /// Native, negative widths, or Fp8PerBlock with R not a multiple of 128.
 std::int64_t fp8_token_bytes(CacheStorage s, std::int64_t latent_dim, std::int64_t rope_dim);
 
+/// The FP8 tokens of a LatentCache whose storage is not Native, and the scales
+/// of Fp8PerTensor (Fp8PerBlock keeps its scales in the tokens).
+template <class MemorySpace>
+struct Fp8Tokens {
+  using Bytes = Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, MemorySpace>;
+  /// (B, capacity, bytes) contiguous or (pages, page_size, bytes) paged,
+  /// bytes = fp8_token_bytes(storage, R, Dr); addressed as LatentCache::latent.
+  Bytes tokens;
+  float latent_scale = 1;  ///< Fp8PerTensor: a latent value is its e4m3 x latent_scale (finite, > 0)
+  float rope_scale = 1;    ///< Fp8PerTensor: a RoPE key is its e4m3 x rope_scale (finite, > 0)
+  /// append_to_cache rounds each Fp8PerBlock scale up to a power of two (so
+  /// that a reader may dequantise by an exponent add); with Fp8PerTensor,
+  /// append_to_cache and attention reject scales that are not powers of two.
+  bool power_of_two_scales = false;
+};
+
 /// The largest finite e4m3 magnitude.
 constexpr float kE4m3Max = 448.f;
 /// Channels of the latent that share one scale in Fp8PerBlock.

@@ -6,6 +6,7 @@
 
 #include "impl/KokkosMLA_AppendKernel.hpp"
 #include "impl/KokkosMLA_CacheChecks.hpp"
+#include "impl/KokkosMLA_Fp8Kernels.hpp"
 #include "impl/KokkosMLA_MergeKernel.hpp"
 #include "impl/KokkosMLA_PackedQueries.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
@@ -46,6 +47,9 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   validate_cache_shape(caller, shape);
   validate_options(caller, opt);
   if (opt.kv_splits < 0) throw std::invalid_argument(std::string(caller) + ": kv_splits < 0");
+  if (shape.storage != CacheStorage::Native)
+    throw std::invalid_argument(std::string(caller) + ": attention over " + to_string(shape.storage) +
+                                " caches is not built yet");
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim + shape.rope_dim));
   CacheProblem p;
   p.shape = shape;
@@ -127,10 +131,25 @@ void append_to_cache(
   const std::int64_t tokens = validate_append_extents(
       caller, describe("cache.latent", cache.latent), describe("cache.k_rope", cache.k_rope),
       describe("cache.block_table", cache.block_table), describe("cache.seqlens", cache.seqlens),
-      describe("new_latent", new_latent), describe("new_k_rope", new_k_rope));
+      describe("new_latent", new_latent), describe("new_k_rope", new_k_rope), describe_storage(cache));
   if (opt.check_cache_indices) check_cache_indices(caller, exec, cache, tokens);
   const std::int64_t rank = std::int64_t(new_latent.extent(2));
   const std::int64_t rope_dim = new_k_rope.size() > 0 ? std::int64_t(new_k_rope.extent(2)) : 0;
+  const std::int64_t sequences = std::int64_t(new_latent.extent(0));
+  using Range = Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>;
+  if (cache.storage != CacheStorage::Native) {
+    Fp8AppendKernel<Scalar> k;
+    k.at = cache_rows<std::uint8_t>(cache, cache.fp8.tokens);
+    k.bytes = cache.fp8.tokens.data();
+    k.format = Fp8Format::of(cache, rank, rope_dim);
+    k.power_of_two_scales = cache.fp8.power_of_two_scales;
+    k.new_latent = new_latent.data();
+    k.new_rope = rope_dim > 0 ? new_k_rope.data() : nullptr;
+    k.tokens = tokens;
+    Kokkos::parallel_for("KokkosMLA::append_to_cache::quantize",
+                         Range(exec, 0, sequences * tokens * (k.format.blocks() + 1)), k);
+    return;
+  }
   AppendKernel<Scalar> k;
   k.at = latent_keys<Scalar>(cache, rank, rope_dim);
   k.latent = cache.latent.data();
@@ -140,9 +159,8 @@ void append_to_cache(
   k.tokens = tokens;
   k.rank = rank;
   k.rope_dim = rope_dim;
-  const std::int64_t elements = std::int64_t(new_latent.extent(0)) * tokens * (rank + rope_dim);
-  Kokkos::parallel_for("KokkosMLA::append_to_cache",
-                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, elements), k);
+  Kokkos::parallel_for("KokkosMLA::append_to_cache", Range(exec, 0, sequences * tokens * (rank + rope_dim)),
+                       k);
 }
 
 #define KOKKOSMLA_INSTANTIATE_CACHE_ONE(SCALAR, SPACE)                                          \

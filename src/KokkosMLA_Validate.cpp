@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <sstream>
 #include <stdexcept>
+#include <utility>
 
 namespace KokkosMLA {
 
@@ -81,7 +82,7 @@ std::string to_string(const CacheShape& s) {
   o << "(B=" << s.batch << ", Tq=" << s.queries << ", H=" << s.heads << ", D=" << s.head_dim
     << ", R=" << s.latent_dim << ", Dr=" << s.rope_dim << ", capacity=" << s.capacity
     << (s.packed_queries ? ", packed queries" : "") << (s.topk > 0 ? ", topk=" + std::to_string(s.topk) : "")
-    << ")";
+    << (s.storage != CacheStorage::Native ? ", " + to_string(s.storage) : "") << ")";
   return o.str();
 }
 
@@ -289,6 +290,60 @@ void require_latent_width(const char* caller, const ArgInfo& latent, const ArgIn
   }
 }
 
+bool is_power_of_two(float x) {
+  int exponent = 0;
+  return std::frexp(x, &exponent) == 0.5f;
+}
+
+/// The view that holds a cache's tokens, to be checked as a latent is: an
+/// FP8 storage's tokens (with latent and k_rope absent, and usable scales),
+/// else the latent.
+const ArgInfo& stored_tokens(const char* caller, const StorageInfo& st, const ArgInfo& latent,
+                             const ArgInfo& k_rope) {
+  if (st.storage == CacheStorage::Native) return latent;
+  for (const ArgInfo* x : {&latent, &k_rope})
+    if (!absent(*x))
+      fail(caller, "cache.storage = " + to_string(st.storage) +
+                       " keeps its tokens in cache.fp8.tokens, but " + extents_of(*x) + " is given");
+  if (st.storage == CacheStorage::Fp8PerTensor)
+    for (const auto& scale : {std::make_pair("cache.fp8.latent_scale", st.latent_scale),
+                              std::make_pair("cache.fp8.rope_scale", st.rope_scale)}) {
+      if (!(std::isfinite(scale.second) && scale.second > 0))
+        fail(caller, std::string(scale.first) + " = " + std::to_string(scale.second) +
+                         ": an Fp8PerTensor scale must be finite and positive");
+      if (st.power_of_two_scales && !is_power_of_two(scale.second))
+        fail(caller, std::string(scale.first) + " = " + std::to_string(scale.second) +
+                         " is not a power of two, as cache.fp8.power_of_two_scales requires");
+    }
+  return st.tokens;
+}
+
+/// An FP8 storage's tokens hold fp8_token_bytes(storage, R, Dr) bytes each.
+void require_token_bytes(const char* caller, const StorageInfo& st, std::int64_t rank, std::int64_t rope_dim,
+                         const char* rank_from) {
+  if (st.storage == CacheStorage::Fp8PerBlock && rank % kFp8BlockChannels != 0)
+    fail(caller, std::string(rank_from) + " = " + std::to_string(rank) +
+                     " but cache.storage = Fp8PerBlock takes R a multiple of 128");
+  const std::int64_t want = fp8_token_bytes(st.storage, rank, rope_dim);
+  if (st.tokens.extent[2] != want) {
+    std::ostringstream o;
+    o << st.tokens.name << ".extent(2) = " << st.tokens.extent[2]
+      << " but cache.storage = " << to_string(st.storage) << " with R = " << rank << " and Dr = " << rope_dim
+      << " needs " << want << " bytes per token";
+    fail(caller, o.str());
+  }
+}
+
+/// The latent's width, or an FP8 storage's bytes per token.
+void require_token_width(const char* caller, const StorageInfo& st, const ArgInfo& latent,
+                         const ArgInfo& k_rope, std::int64_t rank, std::int64_t rope_dim,
+                         const char* rank_from) {
+  if (st.storage == CacheStorage::Native)
+    require_latent_width(caller, latent, k_rope, rank, rope_dim, rank_from);
+  else
+    require_token_bytes(caller, st, rank, rope_dim, rank_from);
+}
+
 }  // namespace
 
 CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
@@ -320,16 +375,17 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
     sequences.extent[0] = a.query_offsets.extent[0] - 1;
     sequences.extent[1] = 1;
   }
+  const ArgInfo& stored = stored_tokens(caller, a.storage, a.latent, a.k_rope);
   const std::int64_t capacity =
-      validate_cache_storage(caller, a.latent, a.k_rope, a.block_table, a.seqlens, sequences, rope_dim);
-  require_latent_width(caller, a.latent, a.k_rope, a.w_uk.extent[0], rope_dim, "w_uk.extent(0)");
+      validate_cache_storage(caller, stored, a.k_rope, a.block_table, a.seqlens, sequences, rope_dim);
+  require_token_width(caller, a.storage, a.latent, a.k_rope, a.w_uk.extent[0], rope_dim, "w_uk.extent(0)");
   if (!absent(a.lse)) {
     require_usable(caller, a.lse);
     for (int i = 0; i < 3; ++i) require_equal(caller, a.lse, i, a.q, i);
   }
   for (const ArgInfo* result : {&a.out, &a.lse})
-    for (const ArgInfo* x : {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.block_table,
-                             &a.seqlens, &a.query_offsets, &a.indices, &a.sinks})
+    for (const ArgInfo* x : {&a.q, &a.q_rope, &a.w_uk, &a.w_uv, &a.latent, &a.k_rope, &a.storage.tokens,
+                             &a.block_table, &a.seqlens, &a.query_offsets, &a.indices, &a.sinks})
       if (overlaps(*result, *x)) fail(caller, std::string(result->name) + " aliases " + extents_of(*x));
   if (overlaps(a.out, a.lse)) fail(caller, "out aliases " + extents_of(a.lse));
   if (!absent(a.indices)) {
@@ -352,6 +408,7 @@ CacheShape validate_cache_extents(const char* caller, const CacheArgInfo& a) {
   s.capacity = capacity;
   s.packed_queries = packed;
   s.topk = absent(a.indices) ? 0 : a.indices.extent[2];
+  s.storage = a.storage.storage;
   if (!packed) validate_cache_shape(caller, s);
   return s;
 }
@@ -392,7 +449,8 @@ std::int64_t validate_query_offsets(const char* caller, const int* offsets, std:
 
 std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
                                      const ArgInfo& block_table, const ArgInfo& seqlens,
-                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope) {
+                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope,
+                                     const StorageInfo& storage) {
   require_usable(caller, new_latent);
   std::int64_t rope_dim = 0;
   if (!absent(new_k_rope)) {
@@ -404,10 +462,12 @@ std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, 
   } else if (!absent(k_rope)) {
     fail(caller, "the cache has " + extents_of(k_rope) + " but new_k_rope is empty");
   }
-  validate_cache_storage(caller, latent, k_rope, block_table, seqlens, new_latent, rope_dim);
-  require_latent_width(caller, latent, k_rope, new_latent.extent[2], rope_dim, "new_latent.extent(2)");
+  const ArgInfo& stored = stored_tokens(caller, storage, latent, k_rope);
+  validate_cache_storage(caller, stored, k_rope, block_table, seqlens, new_latent, rope_dim);
+  require_token_width(caller, storage, latent, k_rope, new_latent.extent[2], rope_dim,
+                      "new_latent.extent(2)");
   for (const ArgInfo* x : {&new_latent, &new_k_rope, &block_table, &seqlens})
-    for (const ArgInfo* cache : {&latent, &k_rope})
+    for (const ArgInfo* cache : {&latent, &k_rope, &storage.tokens})
       if (overlaps(*cache, *x)) fail(caller, std::string(cache->name) + " aliases " + extents_of(*x));
   return new_latent.extent[1];
 }
@@ -418,6 +478,8 @@ void validate_cache_shape(const char* caller, const CacheShape& s) {
   if (s.rope_dim > kMaxExtent) fail(caller, "an extent exceeds 2^30: " + to_string(s));
   if (s.capacity < s.queries) fail(caller, "capacity < queries: " + to_string(s));
   if (s.topk < 0 || s.topk > kMaxExtent) fail(caller, "topk outside [0, 2^30]: " + to_string(s));
+  if (s.storage == CacheStorage::Fp8PerBlock && s.latent_dim % kFp8BlockChannels != 0)
+    fail(caller, "Fp8PerBlock takes latent_dim a multiple of 128: " + to_string(s));
 }
 
 void validate_sparse_indices(const char* caller, const int* indices, const int* seqlens, std::int64_t batch,
@@ -458,8 +520,8 @@ void validate_cache_indices(const char* caller, const int* seqlens, std::int64_t
       const int page = table[b * table_ld + p];
       if (page < 0 || page >= pages) {
         std::ostringstream o;
-        o << "cache.block_table(" << b << ", " << p << ") = " << page
-          << " but cache.latent.extent(0) = " << pages << " pages";
+        o << "cache.block_table(" << b << ", " << p << ") = " << page << " but the cache has " << pages
+          << " pages";
         fail(caller, o.str());
       }
     }

@@ -16,6 +16,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace KokkosMLA {
@@ -133,6 +134,25 @@ std::vector<double> reference(const Problem<T>& p, const Options& opt = {},
   return out;
 }
 
+/// Device views holding v rounded to T.
+template <class T>
+View3<T> to_device3(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c) {
+  View3<T> d("data", a, b, c);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+template <class T>
+View4<T> to_device4(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c,
+                    std::int64_t e) {
+  View4<T> d("data", a, b, c, e);
+  auto h = Kokkos::create_mirror_view(d);
+  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
+  Kokkos::deep_copy(d, h);
+  return d;
+}
+
 template <class T>
 constexpr double tolerance() {
   return sizeof(T) == 4 ? 2e-5 : 1e-13;
@@ -214,12 +234,21 @@ using HalfTypes = ::testing::Types<
     >;
 #endif
 
+/// What expect_rejected writes first: -7.25, or 0x5a for bytes.
+template <class T>
+T sentinel() {
+  if constexpr (std::is_integral<T>::value)
+    return T(0x5a);
+  else
+    return T(-7.25);
+}
+
 /// Runs call, expects std::invalid_argument holding every piece of expected,
-/// and checks that untouched still holds the sentinel -7.25 (written first).
+/// and checks that untouched still holds the sentinel (written first).
 template <class T, class V>
 void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> expected,
                      const V& untouched) {
-  Kokkos::deep_copy(untouched, T(-7.25));
+  Kokkos::deep_copy(untouched, sentinel<T>());
   try {
     call();
     ADD_FAILURE() << "no exception";
@@ -228,7 +257,8 @@ void expect_rejected(const std::function<void()>& call, std::initializer_list<st
     for (const std::string& piece : expected)
       EXPECT_NE(what.find(piece), std::string::npos) << "'" << piece << "' not in: " << what;
   }
-  for (double x : Problem<T>::host_copy(untouched)) ASSERT_EQ(x, -7.25) << "output was written";
+  for (double x : Problem<T>::host_copy(untouched))
+    ASSERT_EQ(x, double(sentinel<T>())) << "output was written";
 }
 
 /// Runs a and b (each a callable taking an execution-space instance) on the

@@ -162,24 +162,6 @@ struct Logical {
   }
 };
 
-template <class T>
-View3<T> to_device3(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c) {
-  View3<T> d("data", a, b, c);
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-template <class T>
-View4<T> to_device4(const std::vector<double>& v, std::int64_t a, std::int64_t b, std::int64_t c,
-                    std::int64_t e) {
-  View4<T> d("data", a, b, c, e);
-  auto h = Kokkos::create_mirror_view(d);
-  for (std::size_t i = 0; i < h.span(); ++i) h.data()[i] = T(v[i]);
-  Kokkos::deep_copy(d, h);
-  return d;
-}
-
 /// The device-side cache of a case, with every row no sequence holds set to
 /// NaN (so reading one shows in the output), and pages in shuffled order.
 template <class T>

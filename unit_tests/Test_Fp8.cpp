@@ -1,5 +1,7 @@
 // FP8 latent caches: the e4m3 and bf16 conversions against an independent
-// model of the formats, the block scales and the token sizes.
+// model of the formats, and append_to_cache's quantiser against the written
+// contract (docs/serving.md, "FP8 latent cache"): byte layout, scales,
+// rounding, saturation, zero blocks, power-of-two scales, bad input.
 
 #include "Reference.hpp"
 
@@ -141,6 +143,231 @@ TEST(Fp8, TokenBytes) {
   EXPECT_THROW(fp8_token_bytes(CacheStorage::Fp8PerBlock, 500, 64), std::invalid_argument);
   EXPECT_THROW(fp8_token_bytes(CacheStorage::Native, 512, 64), std::invalid_argument);
   EXPECT_THROW(fp8_token_bytes(CacheStorage::Fp8PerTensor, 0, 64), std::invalid_argument);
+}
+
+using Bytes = Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, Space>;
+
+/// A paged FP8 cache of B sequences with every byte 0xff (NaN codes, NaN
+/// scales) and pages in reverse order; seqlens as given.
+template <class T>
+LatentCache<T> fp8_cache(CacheStorage storage, std::int64_t R, std::int64_t Dr, std::int64_t page,
+                         std::int64_t per_sequence, const std::vector<int>& lengths) {
+  const std::int64_t B = std::int64_t(lengths.size()), pages = B * per_sequence;
+  LatentCache<T> c;
+  c.storage = storage;
+  c.fp8.tokens = Bytes("tokens", pages, page, fp8_token_bytes(storage, R, Dr));
+  Kokkos::deep_copy(c.fp8.tokens, std::uint8_t(0xff));
+  Kokkos::View<int**, Kokkos::LayoutRight, Space> table("block_table", B, per_sequence);
+  Kokkos::View<int*, Kokkos::LayoutRight, Space> seqlens("seqlens", B);
+  auto ht = Kokkos::create_mirror_view(table);
+  auto hl = Kokkos::create_mirror_view(seqlens);
+  for (std::int64_t b = 0; b < B; ++b) {
+    hl(b) = lengths[b];
+    for (std::int64_t p = 0; p < per_sequence; ++p) ht(b, p) = int(pages - 1 - (b * per_sequence + p));
+  }
+  Kokkos::deep_copy(table, ht);
+  Kokkos::deep_copy(seqlens, hl);
+  c.block_table = table;
+  c.seqlens = seqlens;
+  return c;
+}
+
+/// The bytes of token s of sequence b of a cache made by fp8_cache, on the host.
+struct HostTokens {
+  Kokkos::View<const std::uint8_t***, Kokkos::LayoutRight, Kokkos::HostSpace> bytes;
+  Kokkos::View<const int**, Kokkos::LayoutRight, Kokkos::HostSpace> table;
+  const std::uint8_t* token(std::int64_t b, std::int64_t s) const {
+    const std::int64_t page = std::int64_t(bytes.extent(1));
+    return &bytes(table(b, s / page), s % page, 0);
+  }
+  template <class T>
+  explicit HostTokens(const LatentCache<T>& c)
+      : bytes(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.fp8.tokens)),
+        table(Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c.block_table)) {}
+};
+
+float scale_in(const std::uint8_t* token, std::int64_t at) {
+  float x;
+  std::memcpy(&x, token + at, sizeof x);
+  return x;
+}
+
+/// (B, Tn, width) values, uniform in [-1, 1) times a magnitude per 128-channel
+/// block (10^-3 .. 10^3), with block 1 of token 0 of every sequence all zeros.
+std::vector<double> new_values(std::int64_t B, std::int64_t Tn, std::int64_t width, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::uniform_real_distribution<double> u(-1, 1), e(-3, 3);
+  std::vector<double> v(B * Tn * width);
+  for (std::int64_t t = 0; t < B * Tn; ++t)
+    for (std::int64_t c0 = 0; c0 < width; c0 += 128) {
+      const double magnitude = std::pow(10.0, e(rng));
+      for (std::int64_t c = c0; c < std::min(c0 + 128, width); ++c)
+        v[t * width + c] = t % Tn == 0 && c0 == 128 ? 0.0 : magnitude * u(rng);
+    }
+  return v;
+}
+
+template <class T>
+class Fp8Append : public ::testing::Test {};
+TYPED_TEST_SUITE(Fp8Append, Scalars);
+
+// Fp8PerBlock: each block's scale is amax / 448 (or its power-of-two
+// ceiling), each code the e4m3 of value / scale, so that every value decodes
+// within half an e4m3 step; RoPE keys are bf16; all-zero blocks get scale 1
+// and codes 0; bytes of other tokens are untouched.
+TYPED_TEST(Fp8Append, PerBlockFollowsTheContract) {
+  using T = TypeParam;
+  for (bool power_of_two : {false, true})
+    for (std::int64_t R : {128, 512})
+      for (std::int64_t Dr : {0, 64, 3}) {
+        SCOPED_TRACE("R=" + std::to_string(R) + " Dr=" + std::to_string(Dr) +
+                     " power_of_two=" + std::to_string(power_of_two));
+        const std::int64_t B = 3, Tn = 3, page = 5;
+        const std::vector<int> lengths = {3, 7, 11};  // the new tokens end each sequence
+        LatentCache<T> cache = fp8_cache<T>(CacheStorage::Fp8PerBlock, R, Dr, page, 3, lengths);
+        cache.fp8.power_of_two_scales = power_of_two;
+        const std::vector<double> latent = new_values(B, Tn, R, 40 + R + Dr);
+        const std::vector<double> rope = new_values(B, Tn, Dr, 41);
+        append_to_cache(Space(), cache, to_device3<T>(latent, B, Tn, R),
+                        Dr > 0 ? to_device3<T>(rope, B, Tn, Dr) : View3<T>());
+        const HostTokens host(cache);
+        int zero_blocks = 0;
+        for (std::int64_t b = 0; b < B; ++b)
+          for (std::int64_t s = 0; s < lengths[b]; ++s) {
+            const std::uint8_t* token = host.token(b, s);
+            const std::int64_t i = s - (lengths[b] - Tn);  // which new token, or < 0
+            if (i < 0) {
+              for (std::int64_t k = 0; k < std::int64_t(host.bytes.extent(2)); ++k)
+                ASSERT_EQ(token[k], 0xff) << "token " << s << " of sequence " << b << " was written";
+              continue;
+            }
+            const double* x = &latent[(b * Tn + i) * R];
+            for (std::int64_t j = 0; j < R / 128; ++j) {
+              double amax = 0;
+              for (std::int64_t c = 128 * j; c < 128 * (j + 1); ++c)
+                amax = std::max(amax, double(std::fabs(float(T(x[c])))));
+              const float scale = scale_in(token, R + 4 * j);
+              if (amax == 0) {
+                ++zero_blocks;
+                EXPECT_EQ(scale, 1.f) << "an all-zero block's scale";
+              } else if (power_of_two) {
+                int e = 0;
+                EXPECT_EQ(std::frexp(scale, &e), 0.5f) << scale;
+                EXPECT_GE(double(scale), double(float(amax) / 448.f));
+                EXPECT_LT(double(scale), 2 * double(float(amax) / 448.f));
+              } else {
+                EXPECT_EQ(scale, float(amax) / 448.f);
+              }
+              for (std::int64_t c = 128 * j; c < 128 * (j + 1); ++c) {
+                const float v = float(T(x[c]));
+                ASSERT_EQ(token[c], e4m3_from_float(v / scale)) << "channel " << c;
+                const double decoded = e4m3_value(token[c]) * scale;
+                ASSERT_FALSE(std::isnan(decoded));
+                // Half an e4m3 step: 2^-4 relative, or 2^-10 scale among subnormals.
+                EXPECT_LE(std::fabs(decoded - v),
+                          std::max(std::fabs(v) / 16, std::ldexp(scale, -10)) * 1.000001)
+                    << "channel " << c;
+                EXPECT_LE(std::fabs(decoded), 448.0 * scale);
+              }
+            }
+            for (std::int64_t e = 0; e < Dr; ++e) {
+              std::uint16_t bits;
+              std::memcpy(&bits, token + R + 4 * (R / 128) + 2 * e, sizeof bits);
+              EXPECT_EQ(bits, bf16_from_float(float(T(rope[(b * Tn + i) * Dr + e])))) << "RoPE value " << e;
+            }
+          }
+        EXPECT_EQ(zero_blocks, R > 128 ? B : 0);
+      }
+}
+
+// Fp8PerTensor: codes are the e4m3 of value / scale with the caller's two
+// scales; values beyond 448 x scale saturate to +-448 x scale; R and Dr of
+// any width.
+TYPED_TEST(Fp8Append, PerTensorFollowsTheContract) {
+  using T = TypeParam;
+  const std::int64_t B = 2, Tn = 2, R = 13, Dr = 5, page = 3;
+  const std::vector<int> lengths = {2, 5};
+  LatentCache<T> cache = fp8_cache<T>(CacheStorage::Fp8PerTensor, R, Dr, page, 2, lengths);
+  cache.fp8.latent_scale = 0.01f;
+  cache.fp8.rope_scale = 0.25f;
+  std::vector<double> latent = new_values(B, Tn, R, 7), rope = new_values(B, Tn, Dr, 8);
+  latent[0] = 5.0, latent[1] = -9.0;  // beyond 448 x 0.01
+  rope[0] = 1e3;                      // beyond 448 x 0.25
+  append_to_cache(Space(), cache, to_device3<T>(latent, B, Tn, R), to_device3<T>(rope, B, Tn, Dr));
+  const HostTokens host(cache);
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t i = 0; i < Tn; ++i) {
+      const std::uint8_t* token = host.token(b, lengths[b] - Tn + i);
+      for (std::int64_t c = 0; c < R + Dr; ++c) {
+        const double x = c < R ? latent[(b * Tn + i) * R + c] : rope[(b * Tn + i) * Dr + c - R];
+        const float scale = c < R ? 0.01f : 0.25f;
+        EXPECT_EQ(token[c], e4m3_model(double(float(T(x)) / scale))) << "column " << c;
+      }
+    }
+  const std::uint8_t* first = host.token(0, 0);
+  EXPECT_EQ(first[0], 0x7e);
+  EXPECT_EQ(first[1], 0xfe);
+  EXPECT_EQ(first[R], 0x7e);
+}
+
+TYPED_TEST(Fp8Append, BadInputIsRejectedBeforeAnyWrite) {
+  using T = TypeParam;
+  const LatentCache<T> good = fp8_cache<T>(CacheStorage::Fp8PerBlock, 256, 64, 4, 2, {5, 8});
+  const View3<T> latent("latent", 2, 1, 256), rope("rope", 2, 1, 64);
+  auto append = [&](const LatentCache<T>& c, const View3<T>& l, const View3<T>& r) {
+    return [=] { append_to_cache(Space(), c, l, r); };
+  };
+  {  // tokens of another size
+    LatentCache<T> c = good;
+    c.fp8.tokens = Bytes("tokens", 4, 4, 576);
+    expect_rejected<std::uint8_t>(
+        append(c, latent, rope),
+        {"cache.fp8.tokens.extent(2) = 576", "Fp8PerBlock", "R = 256", "Dr = 64", "needs 392"}, c.fp8.tokens);
+    c.storage = CacheStorage::Fp8PerTensor;  // 256 + 64 bytes
+    expect_rejected<std::uint8_t>(append(c, latent, rope), {"cache.fp8.tokens.extent(2) = 576", "needs 320"},
+                                  c.fp8.tokens);
+  }
+  {  // a latent not a multiple of 128 wide
+    LatentCache<T> c = good;
+    const View3<T> odd("latent", 2, 1, 200);
+    c.fp8.tokens = Bytes("tokens", 4, 4, 200 + 2 * 64);
+    expect_rejected<std::uint8_t>(append(c, odd, rope), {"new_latent.extent(2) = 200", "multiple of 128"},
+                                  c.fp8.tokens);
+  }
+  {  // a Scalar latent beside FP8 tokens
+    LatentCache<T> c = good;
+    c.latent = View3<T>("latent", 4, 4, 320);
+    expect_rejected<std::uint8_t>(append(c, latent, rope),
+                                  {"cache.storage = Fp8PerBlock", "cache.latent (4, 4, 320)"}, c.fp8.tokens);
+  }
+  {  // RoPE keys the tokens have no room for, and none where they have
+    LatentCache<T> c = good;
+    expect_rejected<std::uint8_t>(append(c, latent, View3<T>()), {"Dr = 0", "needs 264"}, c.fp8.tokens);
+  }
+  {  // pages of another batch, and a sequence shorter than its new tokens
+    LatentCache<T> c = good;
+    const View3<T> three("latent", 3, 1, 256), three_rope("rope", 3, 1, 64);
+    expect_rejected<std::uint8_t>(append(c, three, three_rope),
+                                  {"cache.seqlens.extent(0) = 2", "new_latent.extent(0) = 3"}, c.fp8.tokens);
+    const View3<T> many("latent", 2, 6, 256), many_rope("rope", 2, 6, 64);
+    expect_rejected<std::uint8_t>(append(c, many, many_rope), {"cache.seqlens(0) = 5", "[6, 8]"},
+                                  c.fp8.tokens);
+  }
+  {  // per-tensor scales that are not finite and positive, or not powers of two when promised
+    LatentCache<T> c = fp8_cache<T>(CacheStorage::Fp8PerTensor, 256, 64, 4, 2, {5, 8});
+    for (float bad : {0.f, -1.f, INFINITY, std::nanf("")}) {
+      c.fp8.latent_scale = bad;
+      expect_rejected<std::uint8_t>(append(c, latent, rope),
+                                    {"cache.fp8.latent_scale", "finite and positive"}, c.fp8.tokens);
+    }
+    c.fp8.latent_scale = 0.5f;
+    c.fp8.rope_scale = 0.3f;
+    c.fp8.power_of_two_scales = true;
+    expect_rejected<std::uint8_t>(append(c, latent, rope), {"cache.fp8.rope_scale = 0.3", "power of two"},
+                                  c.fp8.tokens);
+    c.fp8.rope_scale = 0.25f;
+    append_to_cache(Space(), c, latent, rope);  // powers of two: taken
+  }
 }
 
 }  // namespace

@@ -10,10 +10,31 @@ namespace Impl {
 /// An absent optional view (default-constructed) has no data and no elements.
 inline bool absent(const ArgInfo& a) { return a.data == nullptr && a.bytes == 0; }
 
+/// What the checks need of a cache's storage: its FP8 tokens and scales.
+struct StorageInfo {
+  CacheStorage storage = CacheStorage::Native;
+  ArgInfo tokens;
+  float latent_scale = 1, rope_scale = 1;
+  bool power_of_two_scales = false;
+};
+
+template <class Cache>
+StorageInfo describe_storage(const Cache& c) {
+  return {c.storage, describe("cache.fp8.tokens", c.fp8.tokens), c.fp8.latent_scale, c.fp8.rope_scale,
+          c.fp8.power_of_two_scales};
+}
+
+/// Extent i of the view that holds a cache's tokens: fp8.tokens for an FP8 storage, else latent.
+template <class Cache>
+std::int64_t stored_extent(const Cache& c, int i) {
+  return std::int64_t(c.storage == CacheStorage::Native ? c.latent.extent(i) : c.fp8.tokens.extent(i));
+}
+
 struct CacheArgInfo {
   ArgInfo q, q_rope, w_uk, w_uv, out, lse;
   ArgInfo latent, k_rope, block_table, seqlens;
   ArgInfo query_offsets, indices, sinks;
+  StorageInfo storage;
 };
 
 template <class Scalar, class MemorySpace>
@@ -30,7 +51,8 @@ CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace>& a) {
           describe("cache.seqlens", a.cache.seqlens),
           describe("query_offsets", a.query_offsets),
           describe("indices", a.indices),
-          describe("sinks", a.sinks)};
+          describe("sinks", a.sinks),
+          describe_storage(a.cache)};
 }
 
 /// Extents of every argument against each other; returns the shape. With
@@ -67,10 +89,12 @@ std::int64_t check_query_offsets(const char* caller, const ExecSpace& exec, cons
 }
 
 /// The cache's own extents against the new tokens' for append_to_cache
-/// (new_latent (B, Tn, R), new_k_rope (B, Tn, Dr) or absent); returns Tn.
+/// (new_latent (B, Tn, R), new_k_rope (B, Tn, Dr) or absent), and an FP8
+/// storage's bytes per token and scales; returns Tn.
 std::int64_t validate_append_extents(const char* caller, const ArgInfo& latent, const ArgInfo& k_rope,
                                      const ArgInfo& block_table, const ArgInfo& seqlens,
-                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope);
+                                     const ArgInfo& new_latent, const ArgInfo& new_k_rope,
+                                     const StorageInfo& storage);
 
 void validate_cache_shape(const char* caller, const CacheShape& s);
 void require_same_cache_shape(const char* caller, const CacheShape& planned, const CacheShape& given);
@@ -101,11 +125,11 @@ template <class ExecSpace, class Cache>
 void check_cache_indices(const char* caller, const ExecSpace& exec, const Cache& cache,
                          std::int64_t min_length) {
   const bool paged = cache.block_table.size() > 0;
-  const std::int64_t page_size = std::int64_t(cache.latent.extent(1));
+  const std::int64_t page_size = stored_extent(cache, 1);
   const std::int64_t per_sequence = paged ? std::int64_t(cache.block_table.extent(1)) : 1;
   auto check = [&](const int* lengths, const int* table) {
     validate_cache_indices(caller, lengths, std::int64_t(cache.seqlens.extent(0)), paged ? table : nullptr,
-                           per_sequence, page_size, std::int64_t(cache.latent.extent(0)), min_length,
+                           per_sequence, page_size, stored_extent(cache, 0), min_length,
                            per_sequence * page_size);
   };
   using Memory = typename Cache::Lengths::memory_space;

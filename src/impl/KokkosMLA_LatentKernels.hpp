@@ -48,22 +48,30 @@ struct LatentKeys {
   }
 };
 
+/// How the rows of `tokens`, a LatentCache's latent or its FP8 tokens, are
+/// addressed (as `latent`; no RoPE part).
+template <class T, class Cache, class Tokens>
+LatentKeys<T> cache_rows(const Cache& cache, const Tokens& tokens) {
+  LatentKeys<T> k;
+  k.latent = tokens.data();
+  k.latent_ld = std::int64_t(tokens.extent(2));
+  k.block_table = cache.block_table.size() > 0 ? cache.block_table.data() : nullptr;
+  k.table_ld = std::int64_t(cache.block_table.extent(1));
+  k.page_size = std::int64_t(tokens.extent(1));
+  k.lengths = cache.seqlens.data();
+  k.keys = (k.block_table ? k.table_ld : 1) * k.page_size;
+  return k;
+}
+
 /// How a LatentCache's rows are addressed; rope_dim > 0 without k_rope means packed.
 template <class Scalar, class Cache>
 LatentKeys<Scalar> latent_keys(const Cache& cache, std::int64_t rank, std::int64_t rope_dim) {
-  LatentKeys<Scalar> k;
-  k.latent = cache.latent.data();
-  k.latent_ld = std::int64_t(cache.latent.extent(2));
+  LatentKeys<Scalar> k = cache_rows<Scalar>(cache, cache.latent);
   if (rope_dim > 0) {
     const bool packed = cache.k_rope.size() == 0;
     k.rope = packed ? cache.latent.data() + rank : cache.k_rope.data();
     k.rope_ld = packed ? k.latent_ld : rope_dim;
   }
-  k.block_table = cache.block_table.size() > 0 ? cache.block_table.data() : nullptr;
-  k.table_ld = std::int64_t(cache.block_table.extent(1));
-  k.page_size = std::int64_t(cache.latent.extent(1));
-  k.lengths = cache.seqlens.data();
-  k.keys = (k.block_table ? k.table_ld : 1) * k.page_size;
   return k;
 }
 
