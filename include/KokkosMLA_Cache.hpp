@@ -133,8 +133,9 @@ class PackedQueries;
 /// The cache rows must then be 16-byte aligned (as Kokkos allocates them) and
 /// q_rope 4-byte aligned (16-byte on DecodeSm90). Every other case gathers the
 /// sequences' tokens into a float cache, runs a float CachePlan and rounds out
-/// to Scalar.
-/// Attention over FP8 caches (shape.storage not Native) is not built yet.
+/// to Scalar. FP8 caches (shape.storage not Native), of every Scalar and on
+/// every backend, take Path::Widened: the tokens dequantised into a cache of
+/// compute_type<Scalar>, a plan of that type run on it.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class CachePlan {
   static_assert(is_supported_scalar<Scalar>,

@@ -47,9 +47,10 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   validate_cache_shape(caller, shape);
   validate_options(caller, opt);
   if (opt.kv_splits < 0) throw std::invalid_argument(std::string(caller) + ": kv_splits < 0");
-  if (shape.storage != CacheStorage::Native)
-    throw std::invalid_argument(std::string(caller) + ": attention over " + to_string(shape.storage) +
-                                " caches is not built yet");
+  // The FP8 unit comes first in the list; a path forced past it would read the tokens as Scalar.
+  if (shape.storage != CacheStorage::Native && opt.path && *opt.path != Path::Widened)
+    throw std::invalid_argument(std::string(caller) + ": Options::path = " + to_string(*opt.path) + " but " +
+                                to_string(shape.storage) + " caches take the Widened path");
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim + shape.rope_dim));
   CacheProblem p;
   p.shape = shape;

@@ -6,6 +6,7 @@
 #include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <functional>
 #include <iostream>
 #include <map>
@@ -545,6 +546,26 @@ typename decltype(CacheArguments<T>::sinks)::non_const_type device_sinks(const s
   return v;
 }
 
+/// (B, Tq, topk) index lists on the device.
+Kokkos::View<int***, Kokkos::LayoutRight, Space> device_indices(const std::vector<int>& lists,
+                                                                const CacheCase& c, std::int64_t topk) {
+  Kokkos::View<int***, Kokkos::LayoutRight, Space> indices("indices", c.batch, c.queries, topk);
+  auto h = Kokkos::create_mirror_view(indices);
+  std::copy(lists.begin(), lists.end(), h.data());
+  Kokkos::deep_copy(indices, h);
+  return indices;
+}
+
+/// The entries of row (b, t) of (B, Tq, topk) index lists, as expect_listed takes them.
+std::function<std::vector<int>(std::int64_t, std::int64_t)> row_entries(const std::vector<int>& lists,
+                                                                        std::int64_t queries,
+                                                                        std::int64_t topk) {
+  return [&lists, queries, topk](std::int64_t b, std::int64_t t) {
+    return std::vector<int>(lists.begin() + (b * queries + t) * topk,
+                            lists.begin() + (b * queries + t + 1) * topk);
+  };
+}
+
 // Sparse (top-k) attention: random index lists with -1 entries, repeats, any
 // order, more entries than a sequence has tokens, a row whose entries are all
 // unused and an idle sequence; with and without sinks; splits 0, 1 and 3.
@@ -570,11 +591,7 @@ TYPED_TEST(Cache, SparseIndicesMatchReference) {
               const bool unused = c.lengths[b] == 0 || (b == 0 && t == 1) || rng() % 4 == 0;
               lists[(b * c.queries + t) * topk + k] = unused ? -1 : int(rng() % c.lengths[b]);
             }
-        Kokkos::View<int***, Kokkos::LayoutRight, Space> indices("indices", c.batch, c.queries, topk);
-        auto h = Kokkos::create_mirror_view(indices);
-        std::copy(lists.begin(), lists.end(), h.data());
-        Kokkos::deep_copy(indices, h);
-        a.indices = indices;
+        a.indices = device_indices(lists, c, topk);
         std::vector<double> sinks;
         if (with_sinks)
           for (std::int64_t i = 0; i < c.heads; ++i) sinks.push_back(1.5 * std::sin(double(i + seed)));
@@ -590,13 +607,7 @@ TYPED_TEST(Cache, SparseIndicesMatchReference) {
               !Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible)
             continue;
           EXPECT_EQ(CachePlan<T>(Space(), shape, opt).path(), path);
-          expect_listed(
-              l, a, opt,
-              [&](std::int64_t b, std::int64_t t) {
-                return std::vector<int>(lists.begin() + (b * c.queries + t) * topk,
-                                        lists.begin() + (b * c.queries + t + 1) * topk);
-              },
-              sinks);
+          expect_listed(l, a, opt, row_entries(lists, c.queries, topk), sinks);
         }
       }
 }
@@ -820,6 +831,47 @@ TYPED_TEST(Cache, FullCacheEqualsAttention) {
 /// A serving loop: prefill appends a prompt per sequence, then decode steps
 /// append one or two tokens each; attention after each step matches the
 /// reference over the tokens held so far.
+/// A decode loop on a case of 2 sequences: a prompt of 9 tokens each appended
+/// in two pieces, then 4 steps of 1 or 2 tokens, each step's attention
+/// checked against the reference on l. The tokens appended are source's at
+/// l's lengths; `appended` runs after each append.
+template <class T>
+void expect_append_then_attend(Logical& l, const DeviceCache<T>& dc, const Logical& source,
+                               const std::function<void()>& appended) {
+  const CacheCase& c = source.c;
+  auto append = [&](int tokens) {
+    // seqlens already count the new tokens: they are the last `tokens` positions.
+    auto hl = Kokkos::create_mirror_view(dc.seqlens);
+    for (int b = 0; b < 2; ++b) hl(b) = l.c.lengths[b];
+    Kokkos::deep_copy(dc.seqlens, hl);
+    std::vector<double> lat(2 * tokens * c.latent_dim), rope(2 * tokens * c.rope_dim);
+    for (int b = 0; b < 2; ++b)
+      for (int i = 0; i < tokens; ++i) {
+        const std::int64_t s = l.c.lengths[b] - tokens + i;
+        for (std::int64_t r = 0; r < c.latent_dim; ++r)
+          lat[(b * tokens + i) * c.latent_dim + r] = source.latent[(b * c.capacity + s) * c.latent_dim + r];
+        for (std::int64_t e = 0; e < c.rope_dim; ++e)
+          rope[(b * tokens + i) * c.rope_dim + e] = source.rope[(b * c.capacity + s) * c.rope_dim + e];
+      }
+    append_to_cache(Space(), dc.cache, to_device3<T>(lat, 2, tokens, c.latent_dim),
+                    to_device3<T>(rope, 2, tokens, c.rope_dim));
+    appended();
+  };
+  l.c.lengths = {5, 5};
+  append(5);
+  l.c.lengths = {9, 9};
+  append(4);
+  for (int step = 0; step < 4; ++step) {
+    const int tokens = step % 2 ? 2 : 1;
+    for (int& n : l.c.lengths) n += tokens;
+    append(tokens);
+    const CacheArguments<T> a = arguments(l, dc);
+    cache_attention(Space(), a);
+    EXPECT_TRUE(close(Problem<T>::host_copy(a.out), l.reference({}), tolerance<T>(), shape_of(l.c)))
+        << "after step " << step;
+  }
+}
+
 TYPED_TEST(Cache, AppendThenAttend) {
   using T = TypeParam;
   for (bool packed : {false, true})
@@ -827,38 +879,8 @@ TYPED_TEST(Cache, AppendThenAttend) {
       CacheCase c{2, 1, 3, 4, 10, 3, 24, page, packed, {0, 0}};
       SCOPED_TRACE(describe(c));
       Logical l(c, 13);
-      DeviceCache<T> dc(l, 13, false);  // nothing written yet: all NaN
-      auto append = [&](int tokens) {
-        // seqlens already count the new tokens: they are the last `tokens` positions.
-        auto hl = Kokkos::create_mirror_view(dc.seqlens);
-        for (int b = 0; b < 2; ++b) hl(b) = l.c.lengths[b];
-        Kokkos::deep_copy(dc.seqlens, hl);
-        std::vector<double> lat(2 * tokens * c.latent_dim), rope(2 * tokens * c.rope_dim);
-        for (int b = 0; b < 2; ++b)
-          for (int i = 0; i < tokens; ++i) {
-            const std::int64_t s = l.c.lengths[b] - tokens + i;
-            for (std::int64_t r = 0; r < c.latent_dim; ++r)
-              lat[(b * tokens + i) * c.latent_dim + r] = l.latent[(b * c.capacity + s) * c.latent_dim + r];
-            for (std::int64_t e = 0; e < c.rope_dim; ++e)
-              rope[(b * tokens + i) * c.rope_dim + e] = l.rope[(b * c.capacity + s) * c.rope_dim + e];
-          }
-        append_to_cache(Space(), dc.cache, to_device3<T>(lat, 2, tokens, c.latent_dim),
-                        to_device3<T>(rope, 2, tokens, c.rope_dim));
-      };
-      // A prompt of 9 tokens per sequence, appended in two pieces.
-      l.c.lengths = {5, 5};
-      append(5);
-      l.c.lengths = {9, 9};
-      append(4);
-      for (int step = 0; step < 4; ++step) {
-        const int tokens = step % 2 ? 2 : 1;
-        for (int& n : l.c.lengths) n += tokens;
-        append(tokens);
-        const CacheArguments<T> a = arguments(l, dc);
-        cache_attention(Space(), a);
-        EXPECT_TRUE(close(Problem<T>::host_copy(a.out), l.reference({}), tolerance<T>(), shape_of(l.c)))
-            << "after step " << step;
-      }
+      const DeviceCache<T> dc(l, 13, false);  // nothing written yet: all NaN
+      expect_append_then_attend<T>(l, dc, l, [] {});
     }
 }
 
@@ -1336,6 +1358,253 @@ TYPED_TEST(HalfCache, CapturedDecodeStepReplaysAsDirect) {
 }
 #endif
 #endif
+
+// FP8 caches (docs/serving.md, "FP8 latent cache"): attention over the
+// tokens as stored, against the reference on their dequantised values.
+
+using Bytes = Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, Space>;
+
+/// Per-tensor scales of the FP8 tests: not powers of two, so that
+/// dequantising rounds (e4m3 x scale in fp32, as the contract says).
+constexpr float kLatentScale = 0.0037f, kRopeScale = 0.011f;
+
+/// Row of token s of sequence b in a cache's tokens (host copies of its table).
+template <class Table>
+std::int64_t token_row(const Table& table, std::int64_t page, std::int64_t b, std::int64_t s) {
+  return table.extent(0) > 0 ? table(b, s / page) * page + s % page : b * page + s;
+}
+
+/// The case's latent and RoPE keys of every token a sequence holds, replaced
+/// by what the cache's bytes decode to: e4m3 x scale in fp32, bf16 RoPE keys
+/// in Fp8PerBlock. Byte offsets as the contract gives them.
+template <class T>
+void dequantize_into(Logical& l, const LatentCache<T>& cache) {
+  const CacheCase& c = l.c;
+  const std::int64_t R = c.latent_dim, Dr = c.rope_dim, page = std::int64_t(cache.fp8.tokens.extent(1));
+  const bool per_block = cache.storage == CacheStorage::Fp8PerBlock;
+  const auto bytes = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.fp8.tokens);
+  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
+  for (std::int64_t b = 0; b < c.batch; ++b)
+    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
+      const std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
+      for (std::int64_t r = 0; r < R; ++r) {
+        float scale = cache.fp8.latent_scale;
+        if (per_block) std::memcpy(&scale, token + R + 4 * (r / 128), sizeof scale);
+        l.latent[(b * c.capacity + s) * R + r] = double(float_from_e4m3(token[r]) * scale);
+      }
+      for (std::int64_t e = 0; e < Dr; ++e) {
+        std::uint16_t bits;
+        if (per_block) std::memcpy(&bits, token + R + 4 * (R / 128) + 2 * e, sizeof bits);
+        l.rope[(b * c.capacity + s) * Dr + e] =
+            per_block ? double(float_from_bf16(bits))
+                      : double(float_from_e4m3(token[R + e]) * cache.fp8.rope_scale);
+      }
+    }
+}
+
+/// A case's cache (shuffled pages, as DeviceCache) stored as `storage`, every
+/// byte 0xff (NaN codes and scales); with fill, the tokens each sequence
+/// holds quantised on the host by the contract (per-block scales amax / 448,
+/// or the per-tensor scales above) and the case's keys replaced by their
+/// dequantised values. c.packed does not apply: a token holds both parts.
+template <class T>
+DeviceCache<T> fp8_device_cache(Logical& l, CacheStorage storage, std::uint64_t seed, bool fill = true) {
+  DeviceCache<T> dc(l, seed, false);
+  const CacheCase& c = l.c;
+  const std::int64_t R = c.latent_dim, Dr = c.rope_dim;
+  const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)),
+                     page = std::int64_t(dc.cache.latent.extent(1));
+  LatentCache<T>& cache = dc.cache;
+  cache.latent = {};
+  cache.k_rope = {};
+  cache.storage = storage;
+  cache.fp8.latent_scale = kLatentScale;
+  cache.fp8.rope_scale = kRopeScale;
+  cache.fp8.tokens = Bytes("tokens", pages, page, fp8_token_bytes(storage, R, Dr));
+  auto bytes = Kokkos::create_mirror_view(cache.fp8.tokens);
+  Kokkos::deep_copy(bytes, std::uint8_t(0xff));
+  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
+  const bool per_block = storage == CacheStorage::Fp8PerBlock;
+  for (std::int64_t b = 0; fill && b < c.batch; ++b)
+    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
+      std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
+      const double* latent = &l.latent[(b * c.capacity + s) * R];
+      for (std::int64_t r0 = 0; r0 < R; r0 += 128) {
+        const std::int64_t r1 = std::min(r0 + 128, R);
+        float amax = 0;
+        for (std::int64_t r = r0; r < r1; ++r) amax = std::max(amax, std::fabs(float(latent[r])));
+        const float scale = per_block ? fp8_block_scale(amax, false) : kLatentScale;
+        if (per_block) std::memcpy(token + R + 4 * (r0 / 128), &scale, sizeof scale);
+        for (std::int64_t r = r0; r < r1; ++r) token[r] = e4m3_from_float(float(latent[r]) / scale);
+      }
+      for (std::int64_t e = 0; e < Dr; ++e) {
+        const float x = float(l.rope[(b * c.capacity + s) * Dr + e]);
+        const std::uint16_t bits = bf16_from_float(x);
+        if (per_block)
+          std::memcpy(token + R + 4 * (R / 128) + 2 * e, &bits, sizeof bits);
+        else
+          token[R + e] = e4m3_from_float(x / kRopeScale);
+      }
+    }
+  Kokkos::deep_copy(cache.fp8.tokens, bytes);
+  if (fill) dequantize_into(l, cache);
+  return dc;
+}
+
+/// Cases of FlashMLA's token layout: R a multiple of 128, DeepSeek's widths
+/// among them; extents of 1, primes, idle slots, page sizes 1 to 8.
+std::vector<CacheCase> per_block_cases() {
+  return {
+      {1, 1, 1, 1, 128, 0, 1, 0, false, {1}},            // everything 1 but R
+      {3, 1, 4, 8, 128, 64, 40, 0, false, {40, 17, 1}},  // decode, contiguous, ragged
+      {3, 2, 3, 5, 256, 3, 30, 1, false, {2, 30, 17}},   // page size 1, Tq = 2, odd Dr
+      {2, 3, 5, 7, 512, 64, 40, 8, false, {37, 5}},      // DeepSeek's widths, paged, Tq = 3
+      {3, 2, 2, 3, 128, 2, 28, 7, false, {0, 23, 1}},    // an idle slot, a sequence shorter than Tq
+  };
+}
+
+/// Every case, causal and not, with splits 0, 1 and 3, stored as `storage`:
+/// the Widened path, within the tolerance of a T cache; returns how many
+/// rows saw no key.
+template <class T>
+int expect_fp8_cases_match_reference(const std::vector<CacheCase>& cases, CacheStorage storage,
+                                     std::uint64_t seed) {
+  int idle = 0;
+  for (const CacheCase& c : cases)
+    for (bool causal : {true, false})
+      for (int splits : {0, 1, 3}) {
+        SCOPED_TRACE(describe(c) + " " + to_string(storage) + " causal=" + std::to_string(causal) +
+                     " splits=" + std::to_string(splits));
+        Logical l(c, ++seed);
+        const DeviceCache<T> dc = fp8_device_cache<T>(l, storage, seed);
+        const CacheArguments<T> a = arguments(l, dc);
+        Options opt;
+        opt.causal = causal;
+        opt.kv_splits = splits;
+        const CacheShape shape = cache_shape(a);
+        EXPECT_EQ(shape.storage, storage);
+        CachePlan<T> plan(Space(), shape, opt);
+        EXPECT_EQ(plan.path(), Path::Widened);
+        EXPECT_NE(plan.describe().find(to_string(storage) + " cache dequantised"), std::string::npos)
+            << plan.describe();
+        plan.execute(Space(), a);
+        idle += expect_matches_reference(l, a, opt);
+      }
+  return idle;
+}
+
+TYPED_TEST(Cache, Fp8PerBlockMatchesReferenceOnDequantisedCache) {
+  EXPECT_GT(expect_fp8_cases_match_reference<TypeParam>(per_block_cases(), CacheStorage::Fp8PerBlock, 1500),
+            0);
+}
+
+TYPED_TEST(Cache, Fp8PerTensorMatchesReferenceOnDequantisedCache) {
+  std::vector<CacheCase> all = cases();
+  for (const CacheCase& c : idle_cases()) all.push_back(c);
+  EXPECT_GT(expect_fp8_cases_match_reference<TypeParam>(all, CacheStorage::Fp8PerTensor, 1600), 0);
+}
+
+// Packed queries and sparse indices with sinks take FP8 caches as they take
+// others (the outer plan packs; the indices address the gathered cache).
+TYPED_TEST(Cache, Fp8PackedQueriesAndSparseIndicesMatchReference) {
+  using T = TypeParam;
+  {
+    const CacheCase c{3, 3, 3, 6, 128, 4, 24, 4, false, {24, 0, 9}};
+    Logical l(c, 1700);
+    const DeviceCache<T> dc = fp8_device_cache<T>(l, CacheStorage::Fp8PerBlock, 1700);
+    const PackedCase<T> packed(l, arguments(l, dc), {3, 1, 2});
+    cache_attention(Space(), packed.args);
+    std::vector<double> want_lse, want = l.reference({}, &want_lse);
+    want = packed.pick(want, c.heads * c.head_dim);
+    want_lse = packed.pick(want_lse, c.heads);
+    std::vector<double> out = Problem<T>::host_copy(packed.args.out),
+                        lse = Problem<T>::host_copy(packed.args.lse);
+    EXPECT_EQ(expect_idle_rows_empty(out, lse, want, want_lse, c.head_dim), 3);  // the length-0 sequence
+    const Shape s{1, std::int64_t(packed.rows.size()), c.capacity, c.heads, c.head_dim, c.latent_dim};
+    EXPECT_TRUE(close(out, want, tolerance<T>(), s));
+  }
+  {
+    const CacheCase c{2, 2, 4, 5, 11, 3, 32, 8, false, {30, 13}};
+    const std::int64_t topk = 9;
+    Logical l(c, 1701);
+    const DeviceCache<T> dc = fp8_device_cache<T>(l, CacheStorage::Fp8PerTensor, 1701);
+    CacheArguments<T> a = arguments(l, dc);
+    std::mt19937_64 rng(1701);
+    std::vector<int> lists(c.batch * c.queries * topk);
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t i = 0; i < c.queries * topk; ++i)
+        lists[b * c.queries * topk + i] = rng() % 4 == 0 ? -1 : int(rng() % c.lengths[b]);
+    a.indices = device_indices(lists, c, topk);
+    const std::vector<double> sinks = {0.5, -1.0, 2.0, 0.25};
+    a.sinks = device_sinks<T>(sinks);
+    expect_listed(l, a, Options(), row_entries(lists, c.queries, topk), sinks);
+  }
+}
+
+// A decode loop on an FP8 cache: tokens quantised by append_to_cache (in
+// pieces, plain and power-of-two scales), each step's attention against the
+// reference on what the bytes decode to.
+TYPED_TEST(Cache, Fp8AppendThenAttend) {
+  using T = TypeParam;
+  for (CacheStorage storage : {CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor})
+    for (std::int64_t page : {0, 1, 6}) {
+      const bool power_of_two = page == 6;
+      const CacheCase c{2, 1, 3, 4, 256, 3, 24, page, false, {0, 0}};
+      SCOPED_TRACE(describe(c) + " " + to_string(storage));
+      Logical l(c, 19);
+      const Logical original = l;  // the values appended; l keeps what the cache holds
+      DeviceCache<T> dc = fp8_device_cache<T>(l, storage, 19, false);
+      dc.cache.fp8.power_of_two_scales = power_of_two;
+      if (power_of_two) dc.cache.fp8.latent_scale = 1.f / 256, dc.cache.fp8.rope_scale = 1.f / 64;
+      expect_append_then_attend<T>(l, dc, original, [&] {
+        dequantize_into(l, dc.cache);
+        // The quantised keys stay close to the appended ones: e4m3 keeps 4 significant bits.
+        EXPECT_LE(max_error(l.latent, original.latent), 1.0 / 16 + 1e-6);
+      });
+    }
+}
+
+TYPED_TEST(Cache, Fp8BadInputIsRejectedBeforeAnyWrite) {
+  using T = TypeParam;
+  const CacheCase c{2, 1, 3, 4, 128, 2, 16, 4, false, {16, 9}};
+  Logical l(c, 23);
+  const DeviceCache<T> dc = fp8_device_cache<T>(l, CacheStorage::Fp8PerBlock, 23);
+  const CacheArguments<T> good = arguments(l, dc);
+  auto run = [&](const CacheArguments<T>& a) { return [a] { cache_attention(Space(), a); }; };
+  {  // tokens of another size, and of another page size than the table's sequences hold
+    CacheArguments<T> a = good;
+    a.cache.fp8.tokens = Bytes("tokens", 11, 4, 576);
+    expect_rejected<T>(run(a), {"cache.fp8.tokens.extent(2) = 576", "Fp8PerBlock", "needs 136"}, a.out);
+  }
+  {  // a latent that the attention does not read beside the FP8 tokens
+    CacheArguments<T> a = good;
+    a.cache.latent = View3<T>("latent", 11, 4, 128);
+    expect_rejected<T>(run(a), {"cache.storage = Fp8PerBlock", "cache.latent (11, 4, 128)"}, a.out);
+  }
+  {  // per-tensor scales that are not finite and positive
+    CacheArguments<T> a = good;
+    a.cache.storage = CacheStorage::Fp8PerTensor;
+    a.cache.fp8.tokens = Bytes("tokens", 11, 4, 130);
+    a.cache.fp8.rope_scale = -1;
+    expect_rejected<T>(run(a), {"cache.fp8.rope_scale = -1", "finite and positive"}, a.out);
+  }
+  {  // a plan for the Native cache, a block-table entry out of range, a forced path
+    CacheShape native = cache_shape(good);
+    EXPECT_EQ(native.storage, CacheStorage::Fp8PerBlock);
+    native.storage = CacheStorage::Native;
+    CachePlan<T> plan(Space(), native);
+    expect_rejected<T>([&] { plan.execute(Space(), good); }, {"given to a plan made for", "Fp8PerBlock"},
+                       good.out);
+    Options forced;
+    forced.path = Path::CacheLatent;
+    expect_rejected<T>([&] { CachePlan<T>(Space(), cache_shape(good), forced); },
+                       {"Options::path = CacheLatent", "Fp8PerBlock caches take the Widened path"}, good.out);
+    CacheShape odd = cache_shape(good);
+    odd.latent_dim = 100;
+    expect_rejected<T>([&] { CachePlan<T>(Space(), odd); },
+                       {"Fp8PerBlock takes latent_dim a multiple of 128"}, good.out);
+  }
+}
 
 }  // namespace
 }  // namespace Test

@@ -1,8 +1,10 @@
 #ifndef KOKKOSMLA_FP8KERNELS_HPP
 #define KOKKOSMLA_FP8KERNELS_HPP
-// FP8 latent caches (KokkosMLA_Fp8.hpp): the layout of a token, and
-// quantising new tokens into a cache's storage (append_to_cache). The byte
-// layout and rounding follow docs/serving.md, "FP8 latent cache".
+// FP8 latent caches (KokkosMLA_Fp8.hpp): quantising new tokens into a
+// cache's storage (append_to_cache), and dequantising the tokens each
+// sequence holds into a contiguous cache of a compute type (the Widened
+// path's reading of an FP8 cache). The byte layout and rounding follow
+// docs/serving.md, "FP8 latent cache".
 
 #include <KokkosMLA_Fp8.hpp>
 
@@ -95,6 +97,20 @@ struct Fp8AppendKernel {
       std::memcpy(row + format.scale_at(part), &scale, sizeof scale);
     }
     for (std::int64_t c = c0; c < c1; ++c) row[c] = e4m3_from_float(float(from[c]) / scale);
+  }
+};
+
+/// An FP8 cache's tokens dequantised into a contiguous cache (B, capacity,
+/// R + Dr) of C as [latent, RoPE key] rows; zeros past each sequence's length.
+template <class C>
+struct Fp8GatherKernel {
+  LatentKeys<std::uint8_t> from;
+  Fp8Format format;
+  C* to;
+  std::int64_t capacity, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t b = i / (capacity * width), s = i / width % capacity, c = i % width;
+    to[i] = s < from.length(b) ? C(format.value(from.latent + from.row(b, s) * from.latent_ld, c)) : C(0);
   }
 };
 

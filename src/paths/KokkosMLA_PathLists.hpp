@@ -21,8 +21,9 @@ using PrefillPaths = PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefill
                               DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath, CacheHostPath,
-                            CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
+/// FP8 caches all go to Fp8CachePath (Widened) for now.
+using CachePaths = PathList<Fp8CachePath, DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath,
+                            CacheHostPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA
