@@ -25,7 +25,7 @@ enum class Path {
   DecompressedPortable,  ///< prefill: K and V by GEMM, the portable flash kernel (any team size)
   DecompressedBlocked,   ///< prefill: K and V by GEMM, the register-blocked flash kernel (GPUs)
   FlashTensorSm80,       ///< prefill: K and V by cuBLAS, the mma.sync flash kernel (16-bit, TF32)
-  Widened,               ///< 16-bit plans off the tensor-core paths: a float plan on widened copies
+  Widened,               ///< 16-bit plans off the tensor-core paths, FP8 caches: a plan on widened copies
   CacheLatent,           ///< cache attention: the portable latent kernel (split-KV by lse)
   CacheRegisters,        ///< cache attention: accumulators in registers, projections as team GEMMs (GPUs)
   CacheBlocked,          ///< cache attention: register-blocked products in large team scratch (GPUs)
