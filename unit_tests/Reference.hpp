@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <map>
 #include <stdexcept>
 #include <random>
 #include <sstream>
@@ -283,6 +284,19 @@ void expect_concurrent_equals_sequential(RunA run_a, RunB run_b, ReadA read_a, R
   inst[1].fence();
   EXPECT_EQ(read_a(), want_a);
   EXPECT_EQ(read_b(), want_b);
+}
+
+/// For a case run on a forced path: check() plans with Options::path = path
+/// and returns the path that ran, which is counted in ran[path]; a path that
+/// does not take the case must refuse it with std::invalid_argument naming itself.
+template <class Check>
+void expect_runs_or_refuses(Path path, std::map<Path, int>& ran, Check&& check) {
+  try {
+    EXPECT_EQ(check(), path);
+    ++ran[path];
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find(to_string(path)), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace Test
