@@ -180,8 +180,10 @@ Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Opti
 /// names it; docs/api.md lists them). 16-bit Scalars take the tensor-core
 /// path on CUDA GPUs of compute capability 8.0 and newer (Decompressed,
 /// head_dim 64 or 128: K and V by cuBLAS in fp32 accumulation, rounded to
-/// Scalar, then an mma.sync flash kernel); every other case widens the inputs
-/// to float, runs a float plan and rounds out to Scalar.
+/// Scalar, then an mma.sync flash kernel; on H100/H200 builds with sm_90a
+/// code and a Kokkos that grants 161 KB of team scratch, a wgmma flash
+/// kernel, Path::FlashSm90); every other case widens the inputs to float,
+/// runs a float plan and rounds out to Scalar.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class Plan {
   static_assert(is_supported_scalar<Scalar>,
