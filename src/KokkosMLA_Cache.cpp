@@ -47,10 +47,13 @@ CachePlan<Scalar, ExecSpace>::CachePlan(const ExecSpace& exec, const CacheShape&
   validate_cache_shape(caller, shape);
   validate_options(caller, opt);
   if (opt.kv_splits < 0) throw std::invalid_argument(std::string(caller) + ": kv_splits < 0");
-  // The FP8 unit comes first in the list; a path forced past it would read the tokens as Scalar.
-  if (shape.storage != CacheStorage::Native && opt.path && *opt.path != Path::Widened)
+  // FP8 tokens are read by the Widened unit and the tensor-core decode units
+  // alone; another path forced on them would read the tokens as Scalar.
+  if (shape.storage != CacheStorage::Native && opt.path && *opt.path != Path::Widened &&
+      *opt.path != Path::DecodeTensorSm80 && *opt.path != Path::DecodeSm90)
     throw std::invalid_argument(std::string(caller) + ": Options::path = " + to_string(*opt.path) + " but " +
-                                to_string(shape.storage) + " caches take the Widened path");
+                                to_string(shape.storage) +
+                                " caches take the Widened path or a tensor-core decode path");
   scale_ = opt.scale ? *opt.scale : 1.0 / std::sqrt(double(shape.head_dim + shape.rope_dim));
   CacheProblem p;
   p.shape = shape;

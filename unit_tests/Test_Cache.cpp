@@ -3,6 +3,7 @@
 // reference computed on the logical (per-sequence) data.
 
 #include "Reference.hpp"
+#include "impl/KokkosMLA_Backend.hpp"
 #include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
@@ -982,6 +983,98 @@ TEST(CacheReference, AbsorbedFormEqualsDecompressed) {
     }
 }
 
+// FP8 caches (docs/serving.md, "FP8 latent cache"): attention over the
+// tokens as stored, against the reference on their dequantised values.
+
+using Bytes = Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, Space>;
+
+/// Per-tensor scales of the FP8 tests: not powers of two, so that
+/// dequantising rounds (e4m3 x scale in fp32, as the contract says).
+constexpr float kLatentScale = 0.0037f, kRopeScale = 0.011f;
+
+/// Row of token s of sequence b in a cache's tokens (host copies of its table).
+template <class Table>
+std::int64_t token_row(const Table& table, std::int64_t page, std::int64_t b, std::int64_t s) {
+  return table.extent(0) > 0 ? table(b, s / page) * page + s % page : b * page + s;
+}
+
+/// The case's latent and RoPE keys of every token a sequence holds, replaced
+/// by what the cache's bytes decode to: e4m3 x scale in fp32, bf16 RoPE keys
+/// in Fp8PerBlock. Byte offsets as the contract gives them.
+template <class T>
+void dequantize_into(Logical& l, const LatentCache<T>& cache) {
+  const CacheCase& c = l.c;
+  const std::int64_t R = c.latent_dim, Dr = c.rope_dim, page = std::int64_t(cache.fp8.tokens.extent(1));
+  const bool per_block = cache.storage == CacheStorage::Fp8PerBlock;
+  const auto bytes = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.fp8.tokens);
+  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
+  for (std::int64_t b = 0; b < c.batch; ++b)
+    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
+      const std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
+      for (std::int64_t r = 0; r < R; ++r) {
+        float scale = cache.fp8.latent_scale;
+        if (per_block) std::memcpy(&scale, token + R + 4 * (r / 128), sizeof scale);
+        l.latent[(b * c.capacity + s) * R + r] = double(float_from_e4m3(token[r]) * scale);
+      }
+      for (std::int64_t e = 0; e < Dr; ++e) {
+        std::uint16_t bits;
+        if (per_block) std::memcpy(&bits, token + R + 4 * (R / 128) + 2 * e, sizeof bits);
+        l.rope[(b * c.capacity + s) * Dr + e] =
+            per_block ? double(float_from_bf16(bits))
+                      : double(float_from_e4m3(token[R + e]) * cache.fp8.rope_scale);
+      }
+    }
+}
+
+/// A case's cache (shuffled pages, as DeviceCache) stored as `storage`, every
+/// byte 0xff (NaN codes and scales); with fill, the tokens each sequence
+/// holds quantised on the host by the contract (per-block scales amax / 448,
+/// or the per-tensor scales above) and the case's keys replaced by their
+/// dequantised values. c.packed does not apply: a token holds both parts.
+template <class T>
+DeviceCache<T> fp8_device_cache(Logical& l, CacheStorage storage, std::uint64_t seed, bool fill = true) {
+  DeviceCache<T> dc(l, seed, false);
+  const CacheCase& c = l.c;
+  const std::int64_t R = c.latent_dim, Dr = c.rope_dim;
+  const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)),
+                     page = std::int64_t(dc.cache.latent.extent(1));
+  LatentCache<T>& cache = dc.cache;
+  cache.latent = {};
+  cache.k_rope = {};
+  cache.storage = storage;
+  cache.fp8.latent_scale = kLatentScale;
+  cache.fp8.rope_scale = kRopeScale;
+  cache.fp8.tokens = Bytes("tokens", pages, page, fp8_token_bytes(storage, R, Dr));
+  auto bytes = Kokkos::create_mirror_view(cache.fp8.tokens);
+  Kokkos::deep_copy(bytes, std::uint8_t(0xff));
+  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
+  const bool per_block = storage == CacheStorage::Fp8PerBlock;
+  for (std::int64_t b = 0; fill && b < c.batch; ++b)
+    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
+      std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
+      const double* latent = &l.latent[(b * c.capacity + s) * R];
+      for (std::int64_t r0 = 0; r0 < R; r0 += 128) {
+        const std::int64_t r1 = std::min(r0 + 128, R);
+        float amax = 0;
+        for (std::int64_t r = r0; r < r1; ++r) amax = std::max(amax, std::fabs(float(latent[r])));
+        const float scale = per_block ? fp8_block_scale(amax, false) : kLatentScale;
+        if (per_block) std::memcpy(token + R + 4 * (r0 / 128), &scale, sizeof scale);
+        for (std::int64_t r = r0; r < r1; ++r) token[r] = e4m3_from_float(float(latent[r]) / scale);
+      }
+      for (std::int64_t e = 0; e < Dr; ++e) {
+        const float x = float(l.rope[(b * c.capacity + s) * Dr + e]);
+        const std::uint16_t bits = bf16_from_float(x);
+        if (per_block)
+          std::memcpy(token + R + 4 * (R / 128) + 2 * e, &bits, sizeof bits);
+        else
+          token[R + e] = e4m3_from_float(x / kRopeScale);
+      }
+    }
+  Kokkos::deep_copy(cache.fp8.tokens, bytes);
+  if (fill) dequantize_into(l, cache);
+  return dc;
+}
+
 #if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
 /// Cases of DeepSeek's widths (latent 512, RoPE 64: the tensor-core kernel on
 /// CUDA), tails in every extent, one of latent 512 without RoPE (the same
@@ -1012,13 +1105,18 @@ template <class Mem, class T>
 CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
   CacheArguments<T, Mem> m;
   m.q = Kokkos::create_mirror_view_and_copy(Mem(), a.q);
-  m.cache.latent = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.latent);
+  if (a.cache.latent.size() > 0) m.cache.latent = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.latent);
   // Absent optional views stay absent (default-constructed).
   if (a.q_rope.size() > 0) m.q_rope = Kokkos::create_mirror_view_and_copy(Mem(), a.q_rope);
   if (a.cache.k_rope.size() > 0) m.cache.k_rope = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.k_rope);
   if (a.cache.block_table.size() > 0)
     m.cache.block_table = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.block_table);
   m.cache.seqlens = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.seqlens);
+  m.cache.storage = a.cache.storage;
+  m.cache.fp8.latent_scale = a.cache.fp8.latent_scale;
+  m.cache.fp8.rope_scale = a.cache.fp8.rope_scale;
+  if (a.cache.fp8.tokens.size() > 0)
+    m.cache.fp8.tokens = Kokkos::create_mirror_view_and_copy(Mem(), a.cache.fp8.tokens);
   m.w_uk = Kokkos::create_mirror_view_and_copy(Mem(), a.w_uk);
   m.w_uv = Kokkos::create_mirror_view_and_copy(Mem(), a.w_uv);
   m.out = Kokkos::create_mirror_view(Mem(), a.out);
@@ -1029,25 +1127,31 @@ CacheArguments<T, Mem> arguments_in(const CacheArguments<T>& a) {
 }
 
 /// out and lse of a 16-bit call executed on l's data within twice the error
-/// of the modelled 16-bit framework.
+/// of the modelled 16-bit framework, which holds the keys in T (an FP8
+/// cache's dequantised values rounded to T; 16-bit caches are T already).
 template <class T, class Arguments>
 void expect_within_framework_error(const Logical& l, const Arguments& a, const Options& opt,
                                    const std::string& plan) {
   std::vector<double> exact_lse, model_lse;
   const std::vector<double> exact = l.reference(opt, &exact_lse);
-  const std::vector<double> model = l.absorbed_reference(opt, &model_lse, &stored_as<T>);
+  Logical held = l;
+  held.round(&stored_as<T>);
+  const std::vector<double> model = held.absorbed_reference(opt, &model_lse, &stored_as<T>);
   const double bound = 2 * max_error(model, exact) + 1e-7;
   const double lse_bound = 2 * max_error(model_lse, exact_lse) + 1e-6;
   EXPECT_LE(max_error(Problem<T>::host_copy(a.out), exact), bound) << plan;
   EXPECT_LE(max_error(Problem<T>::host_copy(a.lse), exact_lse), lse_bound) << plan;
 }
 
-/// A CachePlan<T, ExecSpace> on a case with inputs rounded to T: out and lse
+/// A CachePlan<T, ExecSpace> on a case with inputs rounded to T (the cache
+/// stored as `storage`; FP8: against its dequantised values): out and lse
 /// within twice the error of the modelled 16-bit framework. Returns the plan's path.
 template <class ExecSpace, class T>
-Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed) {
-  const Logical l = rounded_to<T>(c, seed);
-  const DeviceCache<T> dc(l, seed);
+Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed,
+                           CacheStorage storage = CacheStorage::Native) {
+  Logical l = rounded_to<T>(c, seed);
+  const DeviceCache<T> dc =
+      storage == CacheStorage::Native ? DeviceCache<T>(l, seed) : fp8_device_cache<T>(l, storage, seed);
   const auto a = arguments_in<typename ExecSpace::memory_space>(arguments(l, dc));
   const CachePlan<T, ExecSpace> plan(ExecSpace(), cache_shape(a), opt);
   plan.execute(ExecSpace(), a);
@@ -1061,6 +1165,12 @@ TYPED_TEST_SUITE(HalfCache, HalfTypes);
 
 /// The 16-bit tensor-core cache paths.
 [[maybe_unused]] bool is_tensor_path(Path p) { return p == Path::DecodeTensorSm80 || p == Path::DecodeSm90; }
+
+/// Whether the default backend's Kokkos lets a team have more than the
+/// classic 48 KB of scratch (the CUDA shared-memory opt-in).
+[[maybe_unused]] bool large_team_scratch() {
+  return Impl::backend_of(Kokkos::DefaultExecutionSpace()).scratch_max[0] > Impl::kClassicTeamScratch;
+}
 
 // Each 16-bit tensor-core path this build and GPU run, forced, on the half
 // cases and on head counts where a team of 64 query rows is full, spans
@@ -1098,11 +1208,32 @@ TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
         return expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed);
       });
     }
+  // FP8 caches of DeepSeek's widths in both layouts: the kernels dequantise
+  // tiles on the fly; against the reference on the dequantised cache.
+  std::map<Path, int> ran_fp8;
+  for (CacheStorage storage : {CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor})
+    for (const CacheCase& c : cases) {
+      if (c.latent_dim != 512 || c.rope_dim != 64) continue;
+      for (Path path : {Path::DecodeSm90, Path::DecodeTensorSm80})
+        for (int splits : {1, 3}) {
+          Options opt;
+          opt.path = path;
+          opt.kv_splits = splits;
+          opt.causal = splits == 1;
+          SCOPED_TRACE(describe(c) + " " + to_string(storage) + " path=" + to_string(path) +
+                       " splits=" + std::to_string(splits));
+          expect_runs_or_refuses(path, ran_fp8, [&] {
+            return expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed, storage);
+          });
+        }
+    }
 #if KOKKOSMLA_ENABLE_SM80
   EXPECT_GT(ran[Path::DecodeTensorSm80], 0);
+  if (large_team_scratch()) EXPECT_GT(ran_fp8[Path::DecodeTensorSm80], 0);  // its FP8 staging needs 64 KB
 #endif
-  std::cout << "[ tensor paths ] DecodeSm90 ran " << ran[Path::DecodeSm90] << " cases, DecodeTensorSm80 "
-            << ran[Path::DecodeTensorSm80] << "\n";
+  std::cout << "[ tensor paths ] DecodeSm90 ran " << ran[Path::DecodeSm90] << " cases (FP8 "
+            << ran_fp8[Path::DecodeSm90] << "), DecodeTensorSm80 " << ran[Path::DecodeTensorSm80] << " (FP8 "
+            << ran_fp8[Path::DecodeTensorSm80] << ")\n";
 }
 
 TYPED_TEST(HalfCache, DeviceWithinTwiceFrameworkError) {
@@ -1361,98 +1492,6 @@ TYPED_TEST(HalfCache, CapturedDecodeStepReplaysAsDirect) {
 #endif
 #endif
 
-// FP8 caches (docs/serving.md, "FP8 latent cache"): attention over the
-// tokens as stored, against the reference on their dequantised values.
-
-using Bytes = Kokkos::View<std::uint8_t***, Kokkos::LayoutRight, Space>;
-
-/// Per-tensor scales of the FP8 tests: not powers of two, so that
-/// dequantising rounds (e4m3 x scale in fp32, as the contract says).
-constexpr float kLatentScale = 0.0037f, kRopeScale = 0.011f;
-
-/// Row of token s of sequence b in a cache's tokens (host copies of its table).
-template <class Table>
-std::int64_t token_row(const Table& table, std::int64_t page, std::int64_t b, std::int64_t s) {
-  return table.extent(0) > 0 ? table(b, s / page) * page + s % page : b * page + s;
-}
-
-/// The case's latent and RoPE keys of every token a sequence holds, replaced
-/// by what the cache's bytes decode to: e4m3 x scale in fp32, bf16 RoPE keys
-/// in Fp8PerBlock. Byte offsets as the contract gives them.
-template <class T>
-void dequantize_into(Logical& l, const LatentCache<T>& cache) {
-  const CacheCase& c = l.c;
-  const std::int64_t R = c.latent_dim, Dr = c.rope_dim, page = std::int64_t(cache.fp8.tokens.extent(1));
-  const bool per_block = cache.storage == CacheStorage::Fp8PerBlock;
-  const auto bytes = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.fp8.tokens);
-  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
-  for (std::int64_t b = 0; b < c.batch; ++b)
-    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
-      const std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
-      for (std::int64_t r = 0; r < R; ++r) {
-        float scale = cache.fp8.latent_scale;
-        if (per_block) std::memcpy(&scale, token + R + 4 * (r / 128), sizeof scale);
-        l.latent[(b * c.capacity + s) * R + r] = double(float_from_e4m3(token[r]) * scale);
-      }
-      for (std::int64_t e = 0; e < Dr; ++e) {
-        std::uint16_t bits;
-        if (per_block) std::memcpy(&bits, token + R + 4 * (R / 128) + 2 * e, sizeof bits);
-        l.rope[(b * c.capacity + s) * Dr + e] =
-            per_block ? double(float_from_bf16(bits))
-                      : double(float_from_e4m3(token[R + e]) * cache.fp8.rope_scale);
-      }
-    }
-}
-
-/// A case's cache (shuffled pages, as DeviceCache) stored as `storage`, every
-/// byte 0xff (NaN codes and scales); with fill, the tokens each sequence
-/// holds quantised on the host by the contract (per-block scales amax / 448,
-/// or the per-tensor scales above) and the case's keys replaced by their
-/// dequantised values. c.packed does not apply: a token holds both parts.
-template <class T>
-DeviceCache<T> fp8_device_cache(Logical& l, CacheStorage storage, std::uint64_t seed, bool fill = true) {
-  DeviceCache<T> dc(l, seed, false);
-  const CacheCase& c = l.c;
-  const std::int64_t R = c.latent_dim, Dr = c.rope_dim;
-  const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)),
-                     page = std::int64_t(dc.cache.latent.extent(1));
-  LatentCache<T>& cache = dc.cache;
-  cache.latent = {};
-  cache.k_rope = {};
-  cache.storage = storage;
-  cache.fp8.latent_scale = kLatentScale;
-  cache.fp8.rope_scale = kRopeScale;
-  cache.fp8.tokens = Bytes("tokens", pages, page, fp8_token_bytes(storage, R, Dr));
-  auto bytes = Kokkos::create_mirror_view(cache.fp8.tokens);
-  Kokkos::deep_copy(bytes, std::uint8_t(0xff));
-  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cache.block_table);
-  const bool per_block = storage == CacheStorage::Fp8PerBlock;
-  for (std::int64_t b = 0; fill && b < c.batch; ++b)
-    for (std::int64_t s = 0; s < c.lengths[b]; ++s) {
-      std::uint8_t* token = bytes.data() + token_row(table, page, b, s) * bytes.extent(2);
-      const double* latent = &l.latent[(b * c.capacity + s) * R];
-      for (std::int64_t r0 = 0; r0 < R; r0 += 128) {
-        const std::int64_t r1 = std::min(r0 + 128, R);
-        float amax = 0;
-        for (std::int64_t r = r0; r < r1; ++r) amax = std::max(amax, std::fabs(float(latent[r])));
-        const float scale = per_block ? fp8_block_scale(amax, false) : kLatentScale;
-        if (per_block) std::memcpy(token + R + 4 * (r0 / 128), &scale, sizeof scale);
-        for (std::int64_t r = r0; r < r1; ++r) token[r] = e4m3_from_float(float(latent[r]) / scale);
-      }
-      for (std::int64_t e = 0; e < Dr; ++e) {
-        const float x = float(l.rope[(b * c.capacity + s) * Dr + e]);
-        const std::uint16_t bits = bf16_from_float(x);
-        if (per_block)
-          std::memcpy(token + R + 4 * (R / 128) + 2 * e, &bits, sizeof bits);
-        else
-          token[R + e] = e4m3_from_float(x / kRopeScale);
-      }
-    }
-  Kokkos::deep_copy(cache.fp8.tokens, bytes);
-  if (fill) dequantize_into(l, cache);
-  return dc;
-}
-
 /// Cases of FlashMLA's token layout: R a multiple of 128, DeepSeek's widths
 /// among them; extents of 1, primes, idle slots, page sizes 1 to 8.
 std::vector<CacheCase> per_block_cases() {
@@ -1600,7 +1639,9 @@ TYPED_TEST(Cache, Fp8BadInputIsRejectedBeforeAnyWrite) {
     Options forced;
     forced.path = Path::CacheLatent;
     expect_rejected<T>([&] { CachePlan<T>(Space(), cache_shape(good), forced); },
-                       {"Options::path = CacheLatent", "Fp8PerBlock caches take the Widened path"}, good.out);
+                       {"Options::path = CacheLatent",
+                        "Fp8PerBlock caches take the Widened path or a tensor-core decode path"},
+                       good.out);
     CacheShape odd = cache_shape(good);
     odd.latent_dim = 100;
     expect_rejected<T>([&] { CachePlan<T>(Space(), odd); },
@@ -1627,10 +1668,148 @@ TYPED_TEST(HalfCache, Fp8CachesWithinTwiceFrameworkError) {
         Options opt;
         opt.kv_splits = splits;
         CachePlan<T> plan(Space(), cache_shape(a), opt);
-        EXPECT_EQ(plan.path(), Path::Widened);
+        // DeepSeek's widths on the tensor-core paths (which read FP8 tiles,
+        // given the large team scratch), others widened.
+        const bool tensor =
+            c.latent_dim == 512 && c.rope_dim == 64 && KOKKOSMLA_ENABLE_SM80 && large_team_scratch();
+        EXPECT_EQ(is_tensor_path(plan.path()), tensor) << plan.describe();
+        EXPECT_EQ(plan.path() == Path::Widened, !tensor) << plan.describe();
         plan.execute(Space(), a);
         expect_within_framework_error<T>(l, a, opt, plan.describe());
       }
+}
+
+/// Random (B, Tq, topk) lists over the case's sequences: -1 entries, repeats,
+/// any order; a sequence of length 0 lists nothing.
+std::vector<int> random_lists(const CacheCase& c, std::int64_t topk, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int> lists(c.batch * c.queries * topk);
+  for (std::int64_t i = 0; i < std::int64_t(lists.size()); ++i) {
+    const int length = c.lengths[i / (c.queries * topk)];
+    lists[i] = length == 0 || rng() % 5 == 0 ? -1 : int(rng() % length);
+  }
+  return lists;
+}
+
+/// The dense problem that sparse lists over l pose: each query token (b, t)
+/// a sequence of its own (Tq = 1, contiguous, capacity topk) holding the rows
+/// its list names, in the list's order.
+Logical listed_rows(const Logical& l, const std::vector<int>& lists, std::int64_t topk) {
+  const CacheCase& c = l.c;
+  const std::int64_t R = c.latent_dim, Dr = c.rope_dim;
+  CacheCase g{c.batch * c.queries, 1, c.heads, c.head_dim, R, Dr, topk, 0, false, {}};
+  for (std::int64_t v = 0; v < g.batch; ++v)
+    g.lengths.push_back(int(std::count_if(lists.begin() + v * topk, lists.begin() + (v + 1) * topk,
+                                          [](int p) { return p >= 0; })));
+  Logical d(g, 0);
+  d.q = l.q;
+  d.q_rope = l.q_rope;
+  d.w_uk = l.w_uk;
+  d.w_uv = l.w_uv;
+  for (std::int64_t v = 0; v < g.batch; ++v) {
+    const std::int64_t b = v / c.queries;
+    std::int64_t j = 0;
+    for (std::int64_t k = 0; k < topk; ++k, ++j) {
+      const int p = lists[v * topk + k];
+      if (p < 0) {
+        --j;
+        continue;
+      }
+      std::copy_n(&l.latent[(b * c.capacity + p) * R], R, &d.latent[(v * topk + j) * R]);
+      std::copy_n(&l.rope[(b * c.capacity + p) * Dr], Dr, &d.rope[(v * topk + j) * Dr]);
+    }
+  }
+  return d;
+}
+
+/// An FP8 cache for listed_rows(l, lists, topk): the bytes of each listed
+/// token of dc copied, so that both caches decode to the same values.
+template <class T>
+DeviceCache<T> fp8_listed_cache(const Logical& g, const DeviceCache<T>& dc, const CacheCase& c,
+                                const std::vector<int>& lists, std::int64_t topk) {
+  DeviceCache<T> gc(g, 0, false);
+  const auto& from = dc.cache.fp8.tokens;
+  const std::int64_t bytes = std::int64_t(from.extent(2)), page = std::int64_t(from.extent(1));
+  gc.cache.latent = {};
+  gc.cache.k_rope = {};
+  gc.cache.storage = dc.cache.storage;
+  gc.cache.fp8 = dc.cache.fp8;
+  gc.cache.fp8.tokens = Bytes("listed_tokens", g.c.batch, topk, bytes);
+  const auto src = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), from);
+  const auto table = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dc.cache.block_table);
+  auto dst = Kokkos::create_mirror_view(gc.cache.fp8.tokens);
+  Kokkos::deep_copy(dst, std::uint8_t(0xff));
+  for (std::int64_t v = 0; v < g.c.batch; ++v)
+    for (std::int64_t k = 0, j = 0; k < topk; ++k) {
+      const int p = lists[v * topk + k];
+      if (p < 0) continue;
+      std::copy_n(src.data() + token_row(table, page, v / c.queries, p) * bytes, bytes,
+                  dst.data() + (v * topk + j++) * bytes);
+    }
+  Kokkos::deep_copy(gc.cache.fp8.tokens, dst);
+  return gc;
+}
+
+// Sparse attention on the 16-bit tensor-core paths, 16-bit and FP8 caches:
+// for random lists (-1 entries, repeats, any order, a sequence with none),
+// with and without sinks, out and lse equal bit for bit those of the same
+// path's dense attention over a cache in which each query token is a
+// sequence holding the rows its list names (how the kernels read lists),
+// and that is within twice the modelled framework's error.
+TYPED_TEST(HalfCache, SparseOnTensorPathsEqualsDenseOverListedRows) {
+  using T = TypeParam;
+  const std::vector<std::pair<CacheCase, std::int64_t>> cases = {
+      {{3, 1, 16, 8, 512, 64, 208, 16, false, {200, 0, 77}}, 150},  // H = 16, an idle sequence
+      {{2, 2, 64, 8, 512, 64, 104, 8, false, {100, 61}}, 37},       // H = 64, Tq = 2
+      {{1, 1, 128, 8, 512, 64, 320, 64, false, {300}}, 260},        // H = 128, lists past one tile
+  };
+  std::map<Path, int> ran;
+  std::uint64_t seed = 2000;
+  for (CacheStorage storage : {CacheStorage::Native, CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor})
+    for (const auto& listed_case : cases)
+      for (Path path : {Path::DecodeSm90, Path::DecodeTensorSm80})
+        for (bool with_sinks : {false, true}) {
+          const CacheCase& c = listed_case.first;
+          const std::int64_t topk = listed_case.second;
+          SCOPED_TRACE(describe(c) + " topk=" + std::to_string(topk) + " " + to_string(storage) +
+                       " path=" + to_string(path) + " sinks=" + std::to_string(with_sinks));
+          Logical l = rounded_to<T>(c, ++seed);
+          const DeviceCache<T> dc = storage == CacheStorage::Native ? DeviceCache<T>(l, seed)
+                                                                    : fp8_device_cache<T>(l, storage, seed);
+          const std::vector<int> lists = random_lists(c, topk, seed);
+          CacheArguments<T> a = arguments(l, dc);
+          a.indices = device_indices(lists, c, topk);
+          const Logical g = listed_rows(l, lists, topk);
+          const DeviceCache<T> gc = storage == CacheStorage::Native ? DeviceCache<T>(g, 0)
+                                                                    : fp8_listed_cache(g, dc, c, lists, topk);
+          CacheArguments<T> dense = arguments(g, gc);
+          if (with_sinks) {
+            std::vector<double> sinks;
+            for (std::int64_t h = 0; h < c.heads; ++h) sinks.push_back(2.0 * std::sin(double(h + seed)));
+            a.sinks = dense.sinks = device_sinks<T>(sinks);
+          }
+          Options opt;
+          opt.path = path;
+          expect_runs_or_refuses(path, ran, [&] {
+            const CachePlan<T> sparse_plan(Space(), cache_shape(a, opt), opt);
+            sparse_plan.execute(Space(), a);
+            Options dense_opt = opt;
+            dense_opt.causal = false;
+            const CachePlan<T> dense_plan(Space(), cache_shape(dense, dense_opt), dense_opt);
+            dense_plan.execute(Space(), dense);
+            EXPECT_EQ(sparse_plan.splits(), dense_plan.splits());
+            EXPECT_TRUE(Problem<T>::host_copy(a.out) == Problem<T>::host_copy(dense.out))
+                << sparse_plan.describe();
+            EXPECT_TRUE(Problem<T>::host_copy(a.lse) == Problem<T>::host_copy(dense.lse));
+            if (!with_sinks) expect_within_framework_error<T>(g, dense, dense_opt, dense_plan.describe());
+            return sparse_plan.path();
+          });
+        }
+#if KOKKOSMLA_ENABLE_SM80
+  EXPECT_GT(ran[Path::DecodeTensorSm80], 0);
+#endif
+  std::cout << "[ sparse tensor paths ] DecodeSm90 ran " << ran[Path::DecodeSm90]
+            << " cases, DecodeTensorSm80 " << ran[Path::DecodeTensorSm80] << "\n";
 }
 #endif
 

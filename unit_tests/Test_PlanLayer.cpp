@@ -5,6 +5,7 @@
 #include "Reference.hpp"
 
 #include "cuda/KokkosMLA_DecodeSm90.hpp"
+#include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 #include "cuda/KokkosMLA_FlashSm90.hpp"
 #include "cuda/KokkosMLA_Sm90a.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
@@ -247,6 +248,40 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
   EXPECT_FALSE(takes(large, 80, h128));
   EXPECT_FALSE(takes(large, 100, h128));
   EXPECT_FALSE(takes(large, 90, other_widths));
+  // FP8 tokens of DeepSeek's widths (dequantised in the kernel), not without RoPE keys.
+  for (CacheStorage storage : {CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor}) {
+    CacheShape fp8 = h128, fp8_no_rope = no_rope;
+    fp8.storage = fp8_no_rope.storage = storage;
+    EXPECT_TRUE(takes(large, 90, fp8));
+    EXPECT_FALSE(takes(classic, 90, fp8));
+    EXPECT_FALSE(takes(large, 90, fp8_no_rope));
+  }
+}
+#endif
+
+#if KOKKOSMLA_ENABLE_SM80 && KOKKOSMLA_HAS_BHALF
+// The mma.sync decode path takes FP8 tokens of DeepSeek's widths where the
+// large team scratch holds their staging ring (64 KB a team), not without
+// RoPE keys; 16-bit caches on both kinds of Kokkos.
+TEST(PathChoice, TensorDecodeTakesFp8CachesWithLargeScratch) {
+  using Unit = Impl::DecodeTensorSm80Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+  auto takes = [](const Backend& be, const CacheShape& s) {
+    Impl::CacheProblem p;
+    p.shape = s;
+    p.backend = be;
+    p.backend.compute_capability = 90;
+    return Unit::applicable(p);
+  };
+  const CacheShape h16{128, 1, 16, 128, 512, 64, 4096}, no_rope{128, 1, 16, 128, 512, 0, 4096};
+  EXPECT_TRUE(takes(classic, h16));
+  EXPECT_TRUE(takes(classic, no_rope));
+  for (CacheStorage storage : {CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor}) {
+    CacheShape fp8 = h16, fp8_no_rope = no_rope;
+    fp8.storage = fp8_no_rope.storage = storage;
+    EXPECT_TRUE(takes(large, fp8));
+    EXPECT_FALSE(takes(classic, fp8));
+    EXPECT_FALSE(takes(large, fp8_no_rope));
+  }
 }
 #endif
 

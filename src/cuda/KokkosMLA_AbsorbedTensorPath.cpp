@@ -18,18 +18,62 @@ AbsorbedTensorPath<Scalar, ExecSpace>::AbsorbedTensorPath(const CacheProblem& p,
                                                             rows * s.latent_dim);
   parts_ = workspace<float, typename ExecSpace::memory_space>(
       "KokkosMLA::CachePlan::parts", splits_ > 1 ? splits_ * rows * (s.latent_dim + 1) : 0);
+  listed_ = workspace<int, typename ExecSpace::memory_space>(
+      "KokkosMLA::CachePlan::listed", s.topk > 0 ? s.batch * s.queries * (s.topk + 1) : 0);
 }
+
+template <class Scalar, class ExecSpace>
+ListedKeys AbsorbedTensorPath<Scalar, ExecSpace>::listed() const {
+  const CacheShape& s = problem_.shape;
+  if (s.topk == 0) return {};
+  return {listed_.data(), listed_.data() + s.batch * s.queries * s.topk, s.topk, s.queries};
+}
+
+/// Sparse attention's lists for the decode kernels: each query token's
+/// entries of CacheArguments::indices that name a key (0 <= position <
+/// seqlens(b); -1 marks an unused one), in their order, and their count. A
+/// team per query token, one scan over its list.
+struct CompactIndicesKernel {
+  const int* indices;  // (B Tq, topk)
+  const int* seqlens;  // (B)
+  int* positions;      // (B Tq, topk): ListedKeys::positions
+  int* counts;         // (B Tq): ListedKeys::counts
+  std::int64_t topk, tokens;
+  using Member = Kokkos::TeamPolicy<Kokkos::Cuda>::member_type;
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t row = team.league_rank();
+    const int length = seqlens[row / tokens];
+    const int* from = indices + row * topk;
+    int* to = positions + row * topk;
+    int total = 0;
+    Kokkos::parallel_scan(
+        Kokkos::TeamThreadRange(team, int(topk)),
+        [&](int j, int& before, bool final) {
+          const int p = from[j];
+          const bool names_a_key = p >= 0 && p < length;
+          if (final && names_a_key) to[before] = p;
+          before += names_a_key ? 1 : 0;
+        },
+        total);
+    Kokkos::single(Kokkos::PerTeam(team), [&] { counts[row] = total; });
+  }
+};
 
 template <class Scalar, class ExecSpace>
 void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& a) const {
   const char* caller = "KokkosMLA::CachePlan::execute";
   // The kernels copy cache rows in 16-byte pieces and read q_rope in pieces too.
-  require_aligned(caller, "cache.latent", a.cache.latent.data(), 16);
-  if (a.cache.latent.extent(2) % 8 != 0)
-    throw std::invalid_argument(std::string(caller) + ": cache.latent's rows (" +
-                                std::to_string(a.cache.latent.extent(2)) +
-                                " elements) must be a multiple of 16 bytes for the tensor-core path");
-  if (a.cache.k_rope.size() > 0) require_aligned(caller, "cache.k_rope", a.cache.k_rope.data(), 16);
+  if (a.cache.storage != CacheStorage::Native) {
+    require_aligned(caller, "cache.fp8.tokens", a.cache.fp8.tokens.data(), 16);  // tokens of 656 or 576 bytes
+  } else {
+    require_aligned(caller, "cache.latent", a.cache.latent.data(), 16);
+    if (a.cache.latent.extent(2) % 8 != 0)
+      throw std::invalid_argument(std::string(caller) + ": cache.latent's rows (" +
+                                  std::to_string(a.cache.latent.extent(2)) +
+                                  " elements) must be a multiple of 16 bytes for the tensor-core path");
+    if (a.cache.k_rope.size() > 0) require_aligned(caller, "cache.k_rope", a.cache.k_rope.data(), 16);
+  }
   require_aligned(caller, "q_rope", a.q_rope.data(), q_rope_alignment_);
 
   const CacheShape& s = problem_.shape;
@@ -38,9 +82,23 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   using Const = HeadMatrices<const Scalar>;
   tensor_gemm_heads<Scalar>(exec, H, rows, R, D, Const{a.q.data(), H * D, D}, Const{a.w_uk.data(), H * D, D},
                             true, HeadMatrices<Scalar>{qa, H * R, R});
-  this->attend_absorbed(exec, a, qa);
+  attend_absorbed(exec, a, qa);
   tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{a.w_uv.data(), H * D, D}, false,
                             HeadMatrices<Scalar>{a.out.data(), H * D, D});
+}
+
+template <class Scalar, class ExecSpace>
+void AbsorbedTensorPath<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exec, const Call& a,
+                                                            Scalar* qa) const {
+  const CacheShape& s = problem_.shape;
+  if (s.topk > 0) {
+    const std::int64_t tokens = s.batch * s.queries;
+    Kokkos::parallel_for("KokkosMLA::CacheAttention::list_indices",
+                         Kokkos::TeamPolicy<Kokkos::Cuda>(exec, int(tokens), 128),
+                         CompactIndicesKernel{a.indices.data(), a.cache.seqlens.data(), listed_.data(),
+                                              listed_.data() + tokens * s.topk, s.topk, s.queries});
+  }
+  attend_kernel(exec, a, qa);
 }
 
 #if KOKKOSMLA_HAS_HALF

@@ -26,7 +26,7 @@ class DecodeSm90Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
   static constexpr Path id = Path::DecodeSm90;
   Path path() const override { return id; }
   std::string describe() const override;
-  void attend_absorbed(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
+  void attend_kernel(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
 };
 
 }  // namespace Impl

@@ -12,7 +12,7 @@ namespace Impl {
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
   return tensor_cache_widths(p.shape) && p.backend.compute_capability >= 80 &&
-         decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape.rope_dim) <=
+         decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
              decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
 }
 
@@ -27,17 +27,17 @@ std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
   o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads
     << " key_tile=" << Kernel::kKeys
-    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape.rope_dim)
+    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();
 }
 
 template <class Scalar, class ExecSpace>
-void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exec, const Call& a,
-                                                              Scalar* qa) const {
-  attend_in_parts<DecodeTensorKernel>(exec, "KokkosMLA::CacheAttention::attend_tensor", this->problem_.shape,
-                                      this->splits_, float(this->problem_.scale),
-                                      this->problem_.options.causal, a, qa, this->parts_.data());
+void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
+                                                            Scalar* qa) const {
+  attend_in_parts<DecodeTensorKernel>(
+      exec, "KokkosMLA::CacheAttention::attend_tensor", this->problem_.shape, this->splits_,
+      float(this->problem_.scale), this->problem_.options.causal, a, qa, this->parts_.data(), this->listed());
 }
 
 #if KOKKOSMLA_HAS_HALF

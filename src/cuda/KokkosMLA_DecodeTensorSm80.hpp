@@ -24,7 +24,7 @@ class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> 
   static constexpr Path id = Path::DecodeTensorSm80;
   Path path() const override { return id; }
   std::string describe() const override;
-  void attend_absorbed(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
+  void attend_kernel(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
 };
 
 }  // namespace Impl

@@ -28,6 +28,12 @@
 // fit. So on H = 16, where the kernel streams the cache once, each team has
 // one tile in flight: 80-88 % of the copy bandwidth on the H200.
 //
+// FP8 caches (DeepSeek's widths): tokens are staged as stored, three tiles
+// deep, and the team dequantises each a step ahead into the other 16-bit
+// tile (KokkosMLA_Fp8Tiles.hpp): 71 KB of scratch, so a Kokkos with the CUDA
+// shared-memory opt-in. Sparse attention: each query token's listed keys
+// (ListedKeys) are a sequence of their own, read through the same lookup.
+//
 // Teams of one sequence and part are adjacent in the league, so that a
 // sequence's row groups (8 for 128 heads) read its keys from L2 once fetched.
 // With several parts (split-KV), each writes fp32 oa and lse, and
@@ -35,6 +41,7 @@
 
 #include <KokkosMLA_Cache.hpp>
 
+#include "KokkosMLA_Fp8Tiles.hpp"
 #include "KokkosMLA_Launch.hpp"
 #include "KokkosMLA_Splits.hpp"
 #include "KokkosMLA_TensorOps.hpp"
@@ -47,7 +54,7 @@ namespace Impl {
 /// DecodeSm90Kernel on Hopper) share: their operands, and how a team finds
 /// its sequence's rows (Rows a team) and its part's keys (whole Keys-key
 /// steps but the last).
-template <class T, int Rows, int Keys>
+template <class T, int Rows, int Keys, bool Listed>
 struct DecodeOperands {
   using Scalar = T;
   static constexpr int kRank = 512;   // latent width: oa's columns
@@ -55,7 +62,9 @@ struct DecodeOperands {
   static constexpr int kKeys = Keys;  // keys per step
   const T* qa;                        // (B, Tq, H, R) absorbed queries, unscaled
   const T* q_rope;                    // (B, Tq, H, Dr)
-  LatentKeys<T> cache;                // rows of R latent and Dr RoPE elements
+  LatentKeys<T> cache;                // rows of R latent and Dr RoPE elements (addressing only with FP8)
+  Fp8Keys fp8;                        // the tokens of an FP8 cache
+  ListedKeys listed;                  // Listed (sparse attention): each query token's keys as a sequence
   T* oa;                              // (B, Tq, H, R), with one part
   float* parts;                       // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
   float* lse;                         // (B, Tq, H) or null, with one part
@@ -66,6 +75,23 @@ struct DecodeOperands {
   int scratch_level = 0;
 
   KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + Rows - 1) / Rows; }
+
+  /// Keys of sequence b (Listed: of query token b).
+  KOKKOS_INLINE_FUNCTION std::int64_t length(std::int64_t b) const {
+    if constexpr (Listed)
+      return listed.counts[b];
+    else
+      return cache.length(b);
+  }
+  /// The cache row of key k of sequence b (Listed: of query token b, whose
+  /// sequence is b / listed.tokens). A compile-time choice: as a branch, the
+  /// lookup of lists cost the wgmma kernel 150 bytes of spills.
+  KOKKOS_INLINE_FUNCTION std::int64_t key_row(std::int64_t b, std::int64_t k) const {
+    if constexpr (Listed)
+      return cache.row(b / listed.tokens, listed.positions[b * listed.ld + k]);
+    else
+      return cache.row(b, k);
+  }
   std::int64_t league_size() const { return batch * splits * row_groups(); }
 
   /// Keys of sequence b that part p attends to.
@@ -114,9 +140,9 @@ struct DecodeOperands {
 #endif
 };
 
-template <class T, int Rope>
-struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team, 16 keys a step
-  using Base = DecodeOperands<T, 16, 16>;
+template <class T, int Rope, CacheStorage Storage = CacheStorage::Native, bool Listed = false>
+struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query rows a team, 16 keys a step
+  using Base = DecodeOperands<T, 16, 16, Listed>;
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
       Base::row_groups;
@@ -126,6 +152,11 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
   using Ops = Mma<T>;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
+  static constexpr bool kFp8 = Storage != CacheStorage::Native;
+  static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
+  // FP8 tokens: staged three tiles deep (two in flight, 21 KB, where the
+  // 16-bit tiles keep one of 18 KB), dequantised a step ahead into the two 16-bit tiles.
+  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, 16, kThreads, 3>;
   static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
   static constexpr int kWarpColumns = kWidth / kWarps;  // score-contraction columns per warp: 144 (128)
   static constexpr int kSlices = kWarpColumns / 16;     // 9 (8) k16 slices
@@ -151,7 +182,8 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
-           std::size_t(kWarps) * kRows * kKeys * sizeof(float) + kAlignment;
+           std::size_t(kWarps) * kRows * kKeys * sizeof(float) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) +
+           kAlignment;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
@@ -174,7 +206,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
                   "eight threads per key, at most one RoPE piece each");
     const int key = rank / 8, piece = rank % 8;
     const bool valid = k0 + key < end;
-    const std::int64_t row = valid ? cache.row(b, k0 + key) : 0;
+    const std::int64_t row = valid ? this->key_row(b, k0 + key) : 0;
     const T* latent = cache.latent + row * cache.latent_ld + piece * 8;
     Element* to = tile + key * kLd + piece * 8;
     KOKKOSMLA_UNROLL
@@ -197,10 +229,11 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     auto* tiles = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
                                              ~std::uintptr_t(kAlignment - 1));
-    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);  // (warp, row, key)
+    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);         // (warp, row, key)
+    char* staging = reinterpret_cast<char*>(partial + kWarps * kRows * kKeys);  // FP8 tokens
 
     // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
-    const std::int64_t length = cache.length(b);
+    const std::int64_t length = this->length(b);
     auto row_end = [&](std::int64_t n) {
       return causal && n < rows ? length - queries + n / heads + 1 : length;
     };
@@ -209,7 +242,14 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
     const std::int64_t last = (first + kRows < rows ? first + kRows : rows) - 1;
     const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;     // the last row sees most
     const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
-    if (begin < team_end) stage(b, begin, team_end, tiles, rank);
+    if constexpr (kFp8) {
+      fp8_tiles().start(*this, b, begin, team_end, staging, rank);
+      Fp8Tiles::wait_first();
+      team.team_barrier();
+      dequantise(staging, 0, tiles, rank);
+    } else if (begin < team_end) {
+      stage(b, begin, team_end, tiles, rank);
+    }
 
     // Rows g and g + 8 of the team, columns kWarpColumns warp .. of [qa, q_rope], as A fragments.
     const std::int64_t n0 = first + g, n1 = n0 + 8;
@@ -242,21 +282,48 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16> {  // 16 query rows a team
 
     // Key positions are below 2^30 (validated): the loop counts in 32 bits.
     const int key_end = int(team_end), mask_from = int(edge_from), visible0 = int(end0), visible1 = int(end1);
-    int buffer = 0;
-    for (int k0 = int(begin); k0 < key_end; k0 += kKeys, buffer ^= 1) {
-      const Element* tile = tiles + buffer * kKeys * kLd;
-      wait_copies<0>();
-      team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
-      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
+    for (int k0 = int(begin), step = 0; k0 < key_end; k0 += kKeys, ++step) {
+      const Element* tile = next_tile(team, b, k0, key_end, step, tiles, staging, rank);
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
       exchange_partial_scores(team, s, partial, warp, g, t);
       const bool edge = k0 + kKeys > mask_from;
       softmax_step(s, o, m, l, edge, visible0 - k0, visible1 - k0, t, scale2);
       accumulate(o, s, tile + warp * kWarpOut, lane);
+      if constexpr (kFp8) dequantise(staging, step + 1, tiles + (step + 1) % 2 * kKeys * kLd, rank);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
     finish(o, m, l, b, part, first + g, t, warp);
+  }
+
+  __device__ Fp8Tiles fp8_tiles() const { return Fp8Tiles{this->fp8}; }
+
+  /// The 16-bit tile of keys k0 .. k0 + kKeys - 1 (step `step` of the
+  /// part), visible to the team, every warp done with the tiles and partials
+  /// of the step before, and the copies of a later tile started: with
+  /// 16-bit caches this tile's copies done and the next one's started into
+  /// the other buffer; with FP8, the tokens of the next tile staged and
+  /// visible (Fp8KeyTiles), the tile Stages on fetched.
+  __device__ const Element* next_tile(const Member& team, std::int64_t b, int k0, int key_end, int step,
+                                      Element* tiles, char* staging, int rank) const {
+    const int buffer = step % 2;
+    if constexpr (kFp8) {
+      Fp8Tiles::wait_next();
+      team.team_barrier();
+      fp8_tiles().fetch_ahead(*this, b, k0, key_end, staging, step, rank);
+    } else {
+      wait_copies<0>();
+      team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
+      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
+    }
+    return tiles + buffer * kKeys * kLd;
+  }
+
+  /// Dequantises the staged tokens of the part's tile `tile` into `to`.
+  __device__ void dequantise(char* staging, int tile, Element* to, int rank) const {
+    fp8_tiles().dequantise(Fp8Tiles::slot(staging, tile), rank, [&](int key, int column, uint4 bits) {
+      *reinterpret_cast<uint4*>(to + key * kLd + column) = bits;
+    });
   }
 
   /// Replaces this warp's partial scores s by the sums over the four warps,
@@ -455,64 +522,113 @@ void attend_decode(const Kokkos::Cuda& exec, const char* label, const Kernel& k)
            typename Merge::bounds());
 }
 
+/// The problem a decode kernel sees: with sparse indices (topk > 0) each
+/// query token is a sequence of its own (Tq = 1) whose keys are its listed
+/// positions, at most topk.
+inline CacheShape decode_shape(CacheShape s) {
+  if (s.topk > 0) {
+    s.batch *= s.queries;
+    s.queries = 1;
+    s.capacity = s.topk;
+    s.topk = 0;
+  }
+  return s;
+}
+
 /// A decode kernel (DecodeTensorKernel, DecodeSm90Kernel: the same fields)
 /// bound to a call, the attention between absorption and up-projection:
 /// qa (B Tq H, R) in, oa out in its place, in parts merged by lse.
 template <class Kernel, class T>
 Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool causal,
-                           const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa, float* parts) {
+                           const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa, float* parts,
+                           const ListedKeys& listed) {
   Kernel k;
   k.qa = qa;
   k.q_rope = a.q_rope.data();
-  k.cache = latent_keys<T>(a.cache, s.latent_dim, s.rope_dim);
+  if (s.storage == CacheStorage::Native) {
+    k.cache = latent_keys<T>(a.cache, s.latent_dim, s.rope_dim);
+  } else {
+    k.fp8 = fp8_keys(a.cache);
+    const LatentKeys<std::uint8_t>& tokens = k.fp8.tokens;  // their addressing: rows and lengths
+    k.cache.block_table = tokens.block_table;
+    k.cache.table_ld = tokens.table_ld;
+    k.cache.page_size = tokens.page_size;
+    k.cache.lengths = tokens.lengths;
+    k.cache.keys = tokens.keys;
+  }
   k.oa = qa;  // each team reads its rows' qa before it writes their oa
   k.parts = parts;
   k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
-  k.batch = s.batch;
-  k.queries = s.queries;
-  k.heads = s.heads;
+  const CacheShape kernel_shape = decode_shape(s);
+  k.listed = listed;
+  k.batch = kernel_shape.batch;
+  k.queries = kernel_shape.queries;
+  k.heads = kernel_shape.heads;
   k.splits = splits;
   k.scale = scale;
-  k.causal = causal;
+  k.causal = causal && s.topk == 0;  // listed keys are what a row sees
   return k;
 }
 
-/// The attention step of a 16-bit tensor-core cache path: decode kernel
-/// Kernel<T, 64> or Kernel<T, 0> (by the cache's RoPE width) bound to the
-/// call and run in parts (launched as `label`), qa in, oa out in its place.
-template <template <class, int> class Kernel, class T>
-void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
-                     float scale, bool causal, const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa,
-                     float* parts) {
-  if (s.rope_dim > 0)
-    attend_decode(exec, label, bound_decode_kernel<Kernel<T, 64>>(s, splits, scale, causal, a, qa, parts));
-  else
-    attend_decode(exec, label, bound_decode_kernel<Kernel<T, 0>>(s, splits, scale, causal, a, qa, parts));
+/// f(Kernel<T, Rope, Storage, Listed>()) for the decode kernel a problem of
+/// shape s takes: by its cache's storage and RoPE width (FP8 tokens have
+/// RoPE keys of 64); Listed with sparse indices.
+template <template <class, int, CacheStorage, bool> class Kernel, class T, bool Listed, class F>
+decltype(auto) with_decode_kernel_of(const CacheShape& s, F&& f) {
+  switch (s.storage) {
+    case CacheStorage::Fp8PerBlock:
+      return f(Kernel<T, 64, CacheStorage::Fp8PerBlock, Listed>());
+    case CacheStorage::Fp8PerTensor:
+      return f(Kernel<T, 64, CacheStorage::Fp8PerTensor, Listed>());
+    default:
+      return s.rope_dim > 0 ? f(Kernel<T, 64, CacheStorage::Native, Listed>())
+                            : f(Kernel<T, 0, CacheStorage::Native, Listed>());
+  }
+}
+template <template <class, int, CacheStorage, bool> class Kernel, class T, class F>
+decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
+  return s.topk > 0 ? with_decode_kernel_of<Kernel, T, true>(s, f)
+                    : with_decode_kernel_of<Kernel, T, false>(s, f);
 }
 
-/// A decode kernel's scratch per team, with or without RoPE keys.
-template <template <class, int> class Kernel, class T>
-std::size_t decode_scratch_bytes(std::int64_t rope_dim) {
-  return rope_dim > 0 ? Kernel<T, 64>::scratch_bytes() : Kernel<T, 0>::scratch_bytes();
+/// The attention step of a 16-bit tensor-core cache path: the decode kernel
+/// Kernel of the cache's storage and RoPE width bound to the call and run in
+/// parts (launched as `label`), qa in, oa out in its place; with sparse
+/// indices over the listed keys.
+template <template <class, int, CacheStorage, bool> class Kernel, class T>
+void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
+                     float scale, bool causal, const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa,
+                     float* parts, const ListedKeys& listed) {
+  with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
+    attend_decode(exec, label,
+                  bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed));
+  });
+}
+
+/// A decode kernel's scratch per team for caches of shape s.
+template <template <class, int, CacheStorage, bool> class Kernel, class T>
+std::size_t decode_scratch_bytes(const CacheShape& s) {
+  return with_decode_kernel<Kernel, T>(s, [](auto kernel) { return decltype(kernel)::scratch_bytes(); });
 }
 
 /// The level-0 scratch the backend lets a decode kernel's teams have.
-template <template <class, int> class Kernel, class T>
+template <template <class, int, CacheStorage, bool> class Kernel, class T>
 std::size_t decode_scratch_budget(const Backend& be) {
-  using K = Kernel<T, 64>;  // the same teams without RoPE
+  using K = Kernel<T, 64, CacheStorage::Native, false>;  // the same teams without RoPE or with FP8 tokens
   return be.scratch_budget(demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch));
 }
 
 /// Parts per sequence for a decode kernel (split_count): its teams of kRows
 /// query rows, as many at once as its bounds and scratch let an SM hold,
 /// parts at least 256 keys long, at most what the merge takes.
-template <template <class, int> class Kernel, class T>
-int decode_splits(const CacheShape& s, const Backend& be, int requested) {
-  using K = Kernel<T, 64>;
+template <template <class, int, CacheStorage, bool> class Kernel, class T>
+int decode_splits(const CacheShape& problem, const Backend& be, int requested) {
+  using K = Kernel<T, 64, CacheStorage::Native, false>;
+  const CacheShape s = decode_shape(problem);
   SplitInputs in;
   in.teams_per_part = double(s.batch * ((s.queries * s.heads + K::kRows - 1) / K::kRows));
   in.slots = be.resident_teams(demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch),
-                               decode_scratch_bytes<Kernel, T>(s.rope_dim));
+                               decode_scratch_bytes<Kernel, T>(s));
   in.capacity = s.capacity;
   in.min_part = 256;
   in.most = in.most_requested = kMostDecodeParts;

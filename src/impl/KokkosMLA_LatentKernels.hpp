@@ -48,6 +48,16 @@ struct LatentKeys {
   }
 };
 
+/// Sparse attention's keys for the tensor-core decode kernels: each query token's valid
+/// positions, in order, compacted from CacheArguments::indices
+/// (CompactIndicesKernel): row b of `positions` lists counts[b] positions of
+/// sequence b / tokens (tokens = Tq).
+struct ListedKeys {
+  const int* positions = nullptr;  ///< (B Tq, ld)
+  const int* counts = nullptr;     ///< (B Tq), or null: dense attention
+  std::int64_t ld = 0, tokens = 1;
+};
+
 /// How the rows of `tokens`, a LatentCache's latent or its FP8 tokens, are
 /// addressed (as `latent`; no RoPE part).
 template <class T, class Cache, class Tokens>

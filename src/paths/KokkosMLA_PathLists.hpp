@@ -21,8 +21,8 @@ using PrefillPaths = PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefill
                               DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
-/// FP8 caches all go to Fp8CachePath (Widened) for now.
-using CachePaths = PathList<Fp8CachePath, DecodeSm90Path, DecodeTensorSm80Path, WidenedCachePath,
+/// FP8 caches the tensor-core paths do not take go to Fp8CachePath (Widened).
+using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, Fp8CachePath, WidenedCachePath,
                             CacheHostPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl

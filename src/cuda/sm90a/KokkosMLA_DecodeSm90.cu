@@ -12,12 +12,13 @@ namespace Impl {
 template <class Scalar, class ExecSpace>
 bool DecodeSm90Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
   // sm_90a code runs on compute capability 9.0 alone. Below one team's 64
-  // query rows per sequence the mma.sync kernel, 16 rows a team, is faster
-  // (B = 128, S = 4096 on the H200: 0.17 against 0.31 ms at H = 16).
+  // query rows per sequence (per query token with sparse indices) the mma.sync kernel, 16 rows a team, is
+  // faster (B = 128, S = 4096 on the H200: 0.17 against 0.31 ms at H = 16).
   const CacheShape& s = p.shape;
-  return tensor_cache_widths(s) && s.queries * s.heads >= DecodeSm90Kernel<Scalar, 64>::kRows &&
+  const CacheShape rows = decode_shape(s);  // with sparse indices: heads alone
+  return tensor_cache_widths(s) && rows.queries * rows.heads >= DecodeSm90Kernel<Scalar, 64>::kRows &&
          p.backend.compute_capability == 90 &&
-         decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s.rope_dim) <=
+         decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s) <=
              decode_scratch_budget<DecodeSm90Kernel, Scalar>(p.backend);
 }
 
@@ -32,17 +33,17 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
   o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << Kernel::kThreads
     << " rows=" << Kernel::kRows << " key_tile=" << Kernel::kKeys
-    << " scratch=" << decode_scratch_bytes<DecodeSm90Kernel, Scalar>(this->problem_.shape.rope_dim)
+    << " scratch=" << decode_scratch_bytes<DecodeSm90Kernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();
 }
 
 template <class Scalar, class ExecSpace>
-void DecodeSm90Path<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exec, const Call& a,
-                                                        Scalar* qa) const {
+void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
+                                                      Scalar* qa) const {
   attend_in_parts<DecodeSm90Kernel>(exec, "KokkosMLA::CacheAttention::attend_sm90", this->problem_.shape,
                                     this->splits_, float(this->problem_.scale), this->problem_.options.causal,
-                                    a, qa, this->parts_.data());
+                                    a, qa, this->parts_.data(), this->listed());
 }
 
 #if KOKKOSMLA_HAS_HALF

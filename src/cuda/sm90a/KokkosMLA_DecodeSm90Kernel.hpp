@@ -34,6 +34,11 @@
 // FlashMLA's overlap of softmax and products needs warp-specialised
 // producers and TMA, which this kernel does not have.
 //
+// FP8 caches: tokens staged as stored, two tiles deep, and dequantised by
+// the team a step ahead into the other of two 16-bit tiles, under the score
+// products of this one (KokkosMLA_Fp8Tiles.hpp; 202 KB of scratch). Sparse attention reads each query token's
+// listed keys (ListedKeys) as a sequence of its own.
+//
 // Operands, part ranges and the writing of oa and lse are the mma.sync
 // kernel's (DecodeOperands): with several parts, each writes fp32 oa and lse
 // and DecodeMergeKernel combines them.
@@ -45,10 +50,10 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class T, int Rope>
+template <class T, int Rope, CacheStorage Storage = CacheStorage::Native, bool Listed = false>
 struct DecodeSm90Kernel
-    : DecodeOperands<T, 64, 32> {  // 64 query rows a team: one product's M; 32 keys a tile
-  using Base = DecodeOperands<T, 64, 32>;
+    : DecodeOperands<T, 64, 32, Listed> {  // 64 query rows a team: one product's M; 32 keys a tile
+  using Base = DecodeOperands<T, 64, 32, Listed>;
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
       Base::row_groups;
@@ -59,7 +64,13 @@ struct DecodeSm90Kernel
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kGroups = 2, kThreads = 128 * kGroups;
-  static constexpr int kStages = 3;                     // tiles in scratch: two in flight while one is used
+  static constexpr bool kFp8 = Storage != CacheStorage::Native;
+  static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
+  // 16-bit caches: three tiles in scratch, two in flight while one is used.
+  // FP8 tokens: staged two tiles deep (one of 21 KB in flight) and dequantised
+  // a step ahead into two 16-bit tiles, under this tile's score products.
+  static constexpr int kStages = kFp8 ? 2 : 3;
+  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, 32, 256, 2>;
   static constexpr int kSteps = kWidth / 16 / kGroups;  // k16 score steps per warpgroup: 18 (16)
   static constexpr int kScores = kKeys / 2;             // score accumulators per thread: 16
   static constexpr int kGroupOut = kRank / kGroups;     // output columns per warpgroup: 256
@@ -81,7 +92,8 @@ struct DecodeSm90Kernel
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) +
-           kGroups * kExchangeFloats * sizeof(float) + wgmma::kAtomBytes;
+           kGroups * kExchangeFloats * sizeof(float) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) +
+           wgmma::kAtomBytes;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
@@ -123,7 +135,7 @@ struct DecodeSm90Kernel
     const int piece = rank % 8, key = rank / 8;
     if (k0 >= end) return commit_copies();
     const bool valid = k0 + key < end;
-    const std::int64_t row = valid ? cache.row(b, k0 + key) : 0;
+    const std::int64_t row = valid ? this->key_row(b, k0 + key) : 0;
     const T* latent = cache.latent + row * cache.latent_ld + 8 * piece;
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 64; ++j)
@@ -151,9 +163,10 @@ struct DecodeSm90Kernel
                                 ~std::uintptr_t(wgmma::kAtomBytes - 1));
     char* key_tiles = query_tile + kQueryBytes;
     float* exchange = reinterpret_cast<float*>(key_tiles + kStages * kTileBytes);  // (group, quad, thread, 4)
+    char* staging = reinterpret_cast<char*>(exchange + kGroups * kExchangeFloats);  // FP8 tokens
 
     // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
-    const std::int64_t length = cache.length(b);
+    const std::int64_t length = this->length(b);
     auto row_end = [&](std::int64_t n) {
       return causal && n < rows ? length - queries + n / heads + 1 : length;
     };
@@ -180,20 +193,39 @@ struct DecodeSm90Kernel
       return unsigned(__cvta_generic_to_shared(key_tiles + stage * kTileBytes));
     };
     stage_queries(b, first, query_tile, rank);  // in the first tile's group
-    stage_keys(b, begin, key_end, key_tiles, rank);
-    stage_keys(b, begin + kKeys, key_end, key_tiles + kTileBytes, rank);
+    if constexpr (kFp8) {
+      fp8_tiles().start(*this, b, begin, key_end, staging, rank);
+      Fp8Tiles::wait_first();
+      team.team_barrier();
+      dequantise(staging, 0, key_tiles, rank);
+    } else {
+      stage_keys(b, begin, key_end, key_tiles, rank);
+      stage_keys(b, begin + kKeys, key_end, key_tiles + kTileBytes, rank);
+    }
 
     float s[kScores];  // defined before the first product: undefined, ptxas serialized every product (C7515)
     KOKKOSMLA_UNROLL
     for (int i = 0; i < kScores; ++i) s[i] = 0.f;
-    for (int k0 = int(begin), stage = 0; k0 < key_end; k0 += kKeys, stage = (stage + 1) % kStages) {
-      wait_copies<kStages - 2>();  // this tile's group (the first: and the queries'); the next may still run
+    for (int k0 = int(begin), step = 0, stage = 0; k0 < key_end;
+         k0 += kKeys, ++step, stage = stage + 1 < kStages ? stage + 1 : 0) {
+      // FP8: the next tile's tokens. 16-bit: this tile's group (the first: and
+      // the queries'); the next may still run.
+      if constexpr (kFp8)
+        Fp8Tiles::wait_next();
+      else
+        wait_copies<kStages - 2>();
       wgmma::fence_shared_writes();
       team.team_barrier();  // the tile visible; every group done with the tile before it
       issue_partial_scores(s, queries_at, tile_at(stage), group);
-      // The tile after next into the last one's buffer: its row lookups and copies start under the products.
-      stage_keys(b, k0 + (kStages - 1) * kKeys, key_end,
-                 key_tiles + (stage + kStages - 1) % kStages * kTileBytes, rank);
+      if constexpr (kFp8) {
+        // Under the products: the tile Stages on fetched, the next one dequantised into the other tile.
+        fp8_tiles().fetch_ahead(*this, b, k0, key_end, staging, step, rank);
+        dequantise(staging, step + 1, key_tiles + (stage + 1) % kStages * kTileBytes, rank);
+      } else {
+        // The tile after next into the last one's buffer: row lookups and copies under the products.
+        stage_keys(b, k0 + (kStages - 1) * kKeys, key_end,
+                   key_tiles + (stage + kStages - 1) % kStages * kTileBytes, rank);
+      }
       wgmma::wait<0>();
       wgmma::pin(s);
       exchange_partial_scores(team, s, exchange, group, rank % 128);
@@ -210,6 +242,15 @@ struct DecodeSm90Kernel
     wait_copies<0>();     // the queries' copies, when the part had no key
     team.team_barrier();  // with one part, oa overwrites the team's qa rows: every copy of them is done
     finish(o, m, l, b, part, n0, t, group);
+  }
+
+  __device__ Fp8Tiles fp8_tiles() const { return Fp8Tiles{this->fp8}; }
+
+  /// Dequantises the staged tokens of the part's tile `tile` into the swizzled tile `to`.
+  __device__ void dequantise(char* staging, int tile, char* to, int rank) const {
+    fp8_tiles().dequantise(Fp8Tiles::slot(staging, tile), rank, [&](int key, int column, uint4 bits) {
+      *reinterpret_cast<uint4*>(to + wgmma::swizzled_offset(kKeys, key, column)) = bits;
+    });
   }
 
   /// Issues s = Q K^T over this warpgroup's half of the columns (the first

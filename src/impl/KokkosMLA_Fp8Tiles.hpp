@@ -1,0 +1,158 @@
+#ifndef KOKKOSMLA_FP8TILES_HPP
+#define KOKKOSMLA_FP8TILES_HPP
+// FP8 cache tokens for the tensor-core decode kernels (DecodeTensorKernel,
+// DecodeSm90Kernel), DeepSeek's widths (latent 512, RoPE 64) in either FP8
+// storage (docs/serving.md, "FP8 latent cache"). A kernel's key tiles are
+// 16-bit, so the tokens take two steps:
+//   fetch:       a tile's tokens copied as they are stored (656 or 576 bytes)
+//                by cp.async into one buffer of a ring of `Stages` staging
+//                buffers in team scratch;
+//   dequantise:  the whole team turns a staged tile into one of the kernel's
+//                two 16-bit tiles: e4m3 x scale in fp32 (the contract's
+//                value), rounded to T once; bf16 RoPE keys of Fp8PerBlock as
+//                they are (bf16) or rounded (fp16).
+// Per step i of the kernel: the tokens of tile i + 1 are waited for and made
+// visible by the step's first team barrier, tile i + Stages is fetched into
+// the buffer tile i left, tile i is used, and tile i + 1 is dequantised into
+// the other 16-bit tile, so the next barrier publishes it: no barrier of its
+// own, and its loads and conversions overlap other warps' products. Eight
+// threads share a token in both steps: one row lookup a thread.
+
+#include <KokkosMLA_Fp8.hpp>
+
+#include "KokkosMLA_LatentKernels.hpp"
+#include "KokkosMLA_TensorOps.hpp"
+
+#if KOKKOSMLA_ENABLE_SM80
+namespace KokkosMLA {
+namespace Impl {
+
+/// Where an FP8 cache's tokens are and their per-tensor scales (Fp8PerTensor).
+struct Fp8Keys {
+  LatentKeys<std::uint8_t> tokens;  ///< rows of fp8_token_bytes bytes (`latent`, `latent_ld`)
+  float latent_scale = 1, rope_scale = 1;
+};
+
+template <class T, CacheStorage Storage, int Keys, int Threads, int Stages>
+struct Fp8KeyTiles {
+  static_assert(Storage != CacheStorage::Native, "an FP8 storage");
+  static constexpr bool kPerBlock = Storage == CacheStorage::Fp8PerBlock;
+  static constexpr int kRank = 512, kRope = 64;
+  /// Bytes of a token: 512 e4m3, then 4 fp32 scales and 64 bf16 (656), or 64 e4m3 (576).
+  static constexpr int kTokenBytes = kPerBlock ? kRank + 4 * (kRank / 128) + 2 * kRope : kRank + kRope;
+  static constexpr int kPieces = kTokenBytes / 16;  // 16-byte pieces of a token: 41 or 36
+  static constexpr int kStages = Stages;            // staging buffers in the ring
+  static constexpr int kStageBytes = Keys * kTokenBytes;
+  static constexpr int kScratchBytes = Stages * kStageBytes;
+  static_assert(kTokenBytes % 16 == 0 && Threads == 8 * Keys, "16-byte pieces, eight threads a token");
+
+  Fp8Keys keys;
+
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  /// The staging buffer of tile `tile` of a part.
+  __device__ static char* slot(char* staging, int tile) { return staging + tile % Stages * kStageBytes; }
+
+  /// Starts fetching the part's first Stages tiles (keys from k0 on).
+  template <class Operands>
+  __device__ void start(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end, char* staging,
+                        int rank) const {
+    for (int j = 0; j < Stages; ++j) fetch(op, b, k0 + j * Keys, end, slot(staging, j), rank);
+  }
+  /// Waits for this thread's copies of the part's first tile.
+  __device__ static void wait_first() { wait_copies<Stages - 1>(); }
+  /// At step i (before its first barrier): waits for this thread's copies of tile i + 1.
+  __device__ static void wait_next() { wait_copies<Stages - 2>(); }
+  /// At step i (after its first barrier; keys k0 on): starts fetching tile i + Stages.
+  template <class Operands>
+  __device__ void fetch_ahead(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end,
+                              char* staging, int step, int rank) const {
+    fetch(op, b, k0 + Stages * Keys, end, slot(staging, step), rank);
+  }
+
+  /// Starts copying keys k0 .. k0 + Keys - 1 of sequence b (zeros from
+  /// `end` on; row_of(b, k) is key k's token) into `stage` as one group (an
+  /// empty one when k0 >= end, so that every step commits one). Thread
+  /// `rank` copies pieces rank % 8 + 8j of token rank / 8.
+  template <class Operands>
+  __device__ void fetch(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end, char* stage,
+                        int rank) const {
+    const int key = rank / 8, piece = rank % 8;
+    if (k0 < end) {
+      const bool valid = k0 + key < end;
+      const std::uint8_t* from =
+          keys.tokens.latent + (valid ? op.key_row(b, k0 + key) : 0) * keys.tokens.latent_ld;
+      char* to = stage + key * kTokenBytes;
+      KOKKOSMLA_UNROLL
+      for (int p = piece; p < kPieces; p += 8) copy_async<CopyVia::L2>(to + 16 * p, from + 16 * p, valid);
+    }
+    commit_copies();
+  }
+
+  /// Dequantises a staged tile; put(key, column, bits) stores 16 bytes
+  /// (eight T values of [latent, RoPE key] columns column .. column + 7) of
+  /// the kernel's tile. Thread `rank` takes latent channels 16 (rank % 8 +
+  /// 8j) .. + 15 of token rank / 8 (block j, whose scale it reads once) and
+  /// its RoPE values 8 (rank % 8) .. + 7.
+  template <class Put>
+  __device__ void dequantise(const char* stage, int rank, Put put) const {
+    const int key = rank / 8, piece = rank % 8;
+    const char* token = stage + key * kTokenBytes;
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < kRank / 128; ++j) {
+      const int channel = 16 * (piece + 8 * j);  // in block j
+      const float scale =
+          kPerBlock ? *reinterpret_cast<const float*>(token + kRank + 4 * j) : keys.latent_scale;
+      const uint4 codes = *reinterpret_cast<const uint4*>(token + channel);
+      put(key, channel,
+          uint4{pair(codes.x, scale), pair(codes.x >> 16, scale), pair(codes.y, scale),
+                pair(codes.y >> 16, scale)});
+      put(key, channel + 8,
+          uint4{pair(codes.z, scale), pair(codes.z >> 16, scale), pair(codes.w, scale),
+                pair(codes.w >> 16, scale)});
+    }
+    const int column = kRank + 8 * piece;
+    if constexpr (kPerBlock) {
+      const uint4 bf16 = *reinterpret_cast<const uint4*>(token + kRank + 4 * (kRank / 128) + 16 * piece);
+      if constexpr (std::is_same<T, Kokkos::Experimental::bhalf_t>::value)
+        put(key, column, bf16);
+      else
+        put(key, column, uint4{from_bf16(bf16.x), from_bf16(bf16.y), from_bf16(bf16.z), from_bf16(bf16.w)});
+    } else {
+      const uint2 codes = *reinterpret_cast<const uint2*>(token + kRank + 8 * piece);
+      put(key, column,
+          uint4{pair(codes.x, keys.rope_scale), pair(codes.x >> 16, keys.rope_scale),
+                pair(codes.y, keys.rope_scale), pair(codes.y >> 16, keys.rope_scale)});
+    }
+  }
+
+  /// The low two e4m3 codes of `codes` times scale, as a T pair.
+  __device__ static unsigned pair(unsigned codes, float scale) {
+#if __CUDA_ARCH__ >= 890
+    unsigned halves;
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(halves) : "h"(static_cast<unsigned short>(codes)));
+    const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&halves));
+    return Mma<T>::pack(x.x * scale, x.y * scale);
+#else
+    return Mma<T>::pack(float_from_e4m3(std::uint8_t(codes)) * scale,
+                        float_from_e4m3(std::uint8_t(codes >> 8)) * scale);
+#endif
+  }
+
+  /// A bf16 pair as a T pair.
+  __device__ static unsigned from_bf16(unsigned bits) {
+    return Mma<T>::pack(float_from_bf16(std::uint16_t(bits)), float_from_bf16(std::uint16_t(bits >> 16)));
+  }
+#endif
+};
+
+/// How an FP8 cache's tokens are addressed, and its per-tensor scales.
+template <class Cache>
+Fp8Keys fp8_keys(const Cache& cache) {
+  return {cache_rows<std::uint8_t>(cache, cache.fp8.tokens), cache.fp8.latent_scale, cache.fp8.rope_scale};
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif  // KOKKOSMLA_ENABLE_SM80
+#endif
