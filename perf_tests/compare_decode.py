@@ -20,6 +20,14 @@ decode_attention_sm80/..., rows kokkosmla-decode-attention-sm80), and with --fla
 FlashMLA benchmark run on the same GPU ("flashmla b=.. s_q=1 h_q=.. s_k=..
 time_us=.."); these rows count FLOPs and bytes by FlashMLA's formulas
 (attention only: 2 B H S (576 + 512) FLOPs; cache + q + oa bytes).
+With --fp8 (and --dtype bfloat16) it also runs bf16 queries over FlashMLA's
+FP8 cache (decode/fp8/..., decode_attention/fp8/...: rows of dtype fp8, the
+cache's bytes counted as 656 a token).
+With --sparse it runs only the sparse decode's attention
+(decode_sparse_attention/fp8|bf16/...: B = 128, S = 32768, topk = 2048, 64
+and 128 heads; rows kokkosmla-sparse counting the listed tokens' bytes and
+2 B Tq H topk (576 + 512) FLOPs), and with --flashmla FILE FlashMLA's sparse
+lines ("flashmla-sparse b=.. s_q=.. h_q=.. s_k=.. topk=.. time_us=..").
 
   compare_decode.py --bench build/perf_tests/kokkosmla_perf_tests --out perf_tests/results/h200.jsonl --append
   compare_decode.py --bench ... --dtype bfloat16 --filter _Tq1_ --flashmla flashmla.txt --out ...
@@ -38,37 +46,49 @@ def decode_flops(B, Tq, H, S):
 
 # Benchmark name prefix, row label and element size of each dtype.
 TYPES = {"float32": ("float", "float32", 4), "bfloat16": ("bf16", "bf16", 2), "float16": ("fp16", "fp16", 2)}
+# Bytes of one cached token by the benchmark's type name: R + Dr values, or FlashMLA's FP8 token.
+TOKEN_BYTES = {"float": 4 * (R + DR), "bf16": 2 * (R + DR), "fp16": 2 * (R + DR), "fp8": 656}
+SPARSE_SHAPES = [(128, tq, h, 32768) for h in (64, 128) for tq in (1, 2)]
+TOPK = 2048
 
 
-def decode_bytes(B, Tq, H, S, size=4):
-    return size * (B * S * (R + DR) + B * Tq * H * (2 * D + DR))
+def decode_bytes(B, Tq, H, S, size=4, token=None):
+    return (token or size * (R + DR)) * B * S + size * B * Tq * H * (2 * D + DR)
 
 
 def attention_flops(B, Tq, H, S):
     return 2 * B * Tq * H * S * (R + DR + R)
 
 
-def attention_bytes(B, Tq, H, S):
-    return 2 * (B * S * (R + DR) + B * Tq * H * (R + DR + R))
+def attention_bytes(B, Tq, H, S, token=2 * (R + DR), tokens=None):
+    """The cache's tokens (B S, or the listed ones) and bf16 q and oa."""
+    return token * (tokens or B * S) + 2 * B * Tq * H * (R + DR + R)
 
 
 def name(B, Tq, H, S):
     return "B%d_Tq%d_H%d_S%d_R%d_Dr%d_P%d" % (B, Tq, H, S, R, DR, PAGE)
 
 
-def row(B, Tq, H, S, impl, backend, ms, relerr, dtype="float32"):
-    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=TYPES[dtype][1], impl=impl,
+def row(B, Tq, H, S, impl, backend, ms, relerr, dtype="float32", label=None):
+    label = label or TYPES[dtype][1]
+    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=label, impl=impl,
                 backend=backend, ms=round(ms, 5), relerr=relerr,
-                GBps=round(decode_bytes(B, Tq, H, S, TYPES[dtype][2]) / ms / 1e6, 1),
+                GBps=round(decode_bytes(B, Tq, H, S, TYPES[dtype][2], TOKEN_BYTES.get(label)) / ms / 1e6, 1),
                 tflops=round(decode_flops(B, Tq, H, S) / ms / 1e9, 3))
 
 
-def attention_row(B, Tq, H, S, impl, backend, ms, dtype="bfloat16"):
-    """A row of the attention alone, counted as FlashMLA counts it."""
-    return dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=TYPES[dtype][1], impl=impl, backend=backend,
-                ms=round(ms, 5), relerr=None, counted="flashmla-attention",
-                GBps=round(attention_bytes(B, Tq, H, S) / ms / 1e6, 1),
-                tflops=round(attention_flops(B, Tq, H, S) / ms / 1e9, 3))
+def attention_row(B, Tq, H, S, impl, backend, ms, dtype="bfloat16", label=None, topk=0):
+    """A row of the attention alone, counted as FlashMLA counts it (sparse: the listed keys)."""
+    label = label or TYPES[dtype][1]
+    keys = topk or S
+    r = dict(shape=[B, Tq, H, D, R], Tq=Tq, S=S, page=PAGE, Dr=DR, dtype=label, impl=impl, backend=backend,
+             ms=round(ms, 5), relerr=None, counted="flashmla-attention",
+             GBps=round(attention_bytes(B, Tq, H, keys, TOKEN_BYTES.get(label, 2 * (R + DR)),
+                                        B * Tq * topk if topk else None) / ms / 1e6, 1),
+             tflops=round(attention_flops(B, Tq, H, keys) / ms / 1e9, 3))
+    if topk:
+        r["topk"] = topk
+    return r
 
 
 def torch_decode(torch, q, q_rope, lat, rope, wk, wv):
@@ -131,24 +151,27 @@ def run_torch(shapes, dtype="float32"):
 
 def run_ours(args, shapes):
     names = "|".join(name(*s) for s in shapes)
-    prefix = TYPES[args.dtype][0]
+    prefix = TYPES[args.dtype][0] + ("|fp8" if args.fp8 else "")
     flt = "^decode(_registers)?/%s/(%s)" % (prefix, names)
     if args.dtype != "float32":
-        flt = "^decode(_attention|_attention_sm80)?/%s/(%s)" % (prefix, names)
+        flt = "^decode(_attention|_attention_sm80)?/(%s)/(%s)" % (prefix, names)
+    if args.sparse:
+        flt = "^decode_sparse_attention/(fp8|bf16)/(%s)_K%d" % (names, TOPK)
     rows = []
     medians, context = benchmark_medians(args.bench, args.repetitions, flt)
     scratch = context.get("team_scratch") or args.team_scratch
     for b in medians:
-        kind, _, shape = b["run_name"].split("/")[:3]
+        kind, label, shape = b["run_name"].split("/")[:3]
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
-        if kind.startswith("decode_attention"):
+        if kind == "decode_sparse_attention":
+            r = attention_row(B, Tq, H, S, "kokkosmla-sparse", args.backend, b["real_time"], args.dtype, label, TOPK)
+        elif kind.startswith("decode_attention"):
             impl = "kokkosmla-decode-attention" + ("-sm80" if kind.endswith("_sm80") else "")
-            r = attention_row(B, Tq, H, S, impl, args.backend, b["real_time"], args.dtype)
-            r["plan"] = b.get("label", "")
+            r = attention_row(B, Tq, H, S, impl, args.backend, b["real_time"], args.dtype, label)
         else:
             impl = "kokkosmla-cache-registers" if kind == "decode_registers" else "kokkosmla-cache"
-            r = row(B, Tq, H, S, impl, args.backend, b["real_time"], b.get("relerr"), args.dtype)
-            r["plan"] = b.get("label", "")
+            r = row(B, Tq, H, S, impl, args.backend, b["real_time"], b.get("relerr"), args.dtype, label)
+        r["plan"] = b.get("label", "")
         r["splits"] = b.get("splits")
         r["commit"] = context.get("git_hash")
         r["team_scratch"] = int(scratch) if scratch else None
@@ -160,12 +183,14 @@ def read_flashmla(path, shapes):
     """Rows of a FlashMLA benchmark run's output lines for the shapes asked for."""
     rows = []
     for line in open(path):
-        if not line.startswith("flashmla "):
+        impl = line.split()[0] if line.strip() else ""
+        if impl not in ("flashmla", "flashmla-sparse"):
             continue
         f = dict(kv.split("=") for kv in line.split()[1:])
         B, Tq, H, S = int(f["b"]), int(f["s_q"]), int(f["h_q"]), int(f["s_k"])
         if (B, Tq, H, S) in shapes:
-            rows.append(attention_row(B, Tq, H, S, "flashmla", "cuda", float(f["time_us"]) / 1e3))
+            rows.append(attention_row(B, Tq, H, S, impl, "cuda", float(f["time_us"]) / 1e3,
+                                      label="fp8" if impl == "flashmla-sparse" else None, topk=int(f.get("topk", 0))))
     return rows
 
 
@@ -180,11 +205,13 @@ def main():
     p.add_argument("--append", action="store_true")
     p.add_argument("--dtype", default="float32", choices=sorted(TYPES))
     p.add_argument("--flashmla", default="", help="output of a FlashMLA benchmark run on the same GPU")
+    p.add_argument("--fp8", action="store_true", help="bf16 queries over an FP8 cache beside bf16 (--dtype bfloat16)")
+    p.add_argument("--sparse", action="store_true", help="the sparse decode's attention alone (no PyTorch baseline)")
     p.add_argument("--team-scratch", type=int, default=0,
                    help="team scratch bytes to record when the benchmark does not report them")
     args = p.parse_args()
-    shapes = [s for s in SHAPES if re.search(args.filter, name(*s))]
-    torch_rows = run_torch(shapes, args.dtype)
+    shapes = [s for s in (SPARSE_SHAPES if args.sparse else SHAPES) if re.search(args.filter, name(*s))]
+    torch_rows = [] if args.sparse else run_torch(shapes, args.dtype)
     ours = run_ours(args, shapes) + (
         read_flashmla(args.flashmla, shapes) if args.flashmla and os.path.exists(args.flashmla) else [])
     import torch
@@ -195,12 +222,16 @@ def main():
             f.write(json.dumps(r) + "\n")
     base = {(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in torch_rows if "shape" in r}
     flashmla = {(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in ours if r["impl"] == "flashmla"}
+    flashmla.update({(r["shape"][0], r["Tq"], r["shape"][2], r["S"]): r["ms"] for r in ours
+                     if r["impl"] == "flashmla-sparse"})
     for r in torch_rows[:-1] + ours:
         key = (r["shape"][0], r["Tq"], r["shape"][2], r["S"])
         anchor = " vs flashmla %.2fx" % (flashmla[key] / r["ms"]) if key in flashmla else ""
-        print("%-34s %-26s %9.4f ms %8.1f GB/s %7.2f TF/s  vs torch %.2fx%s  relerr %s" % (
-            name(*key), r["impl"], r["ms"], r["GBps"], r["tflops"], base[key] / r["ms"], anchor, r["relerr"]))
-    print("copy bandwidth %.1f GB/s" % torch_rows[-1]["copy_GBps"])
+        torch_ratio = " vs torch %.2fx" % (base[key] / r["ms"]) if key in base else ""
+        print("%-34s %-26s %-5s %9.4f ms %8.1f GB/s %7.2f TF/s %s%s  relerr %s" % (
+            name(*key), r["impl"], r["dtype"], r["ms"], r["GBps"], r["tflops"], torch_ratio, anchor, r["relerr"]))
+    if torch_rows:
+        print("copy bandwidth %.1f GB/s" % torch_rows[-1]["copy_GBps"])
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part; and
 // H=16 without RoPE) and report GB/s of the cache read once and useful
 // GFLOP/s of the absorbed form.
+// decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
+// cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
+// decode_sparse_attention/fp8|bf16/... time sparse attention (topk random
+// positions per query token, DeepSeek-V3.2's shapes), FLOPs and bytes of the
+// listed keys.
 // decode_attention/bf16/... and fp16/... (CUDA with tensor cores) time the attention
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
@@ -221,6 +226,12 @@ void register_prefill_on(const char* type, Path path) {
 struct DecodeShape {
   std::int64_t batch, queries, heads, keys, page;
   std::int64_t head_dim = 128, latent_dim = 512, rope_dim = 64;
+  std::int64_t topk = 0;  ///< sparse: positions each query token attends to (random, of its sequence)
+
+  /// Keys a query token reads: all of its sequence's, or its topk.
+  std::int64_t keys_read() const { return topk > 0 ? topk : keys; }
+  /// Cache tokens a call reads: each sequence's once, or each query token's list.
+  std::int64_t tokens_read() const { return topk > 0 ? batch * queries * topk : batch * keys; }
 };
 
 std::vector<DecodeShape> decode_shapes() {
@@ -230,6 +241,15 @@ std::vector<DecodeShape> decode_shapes() {
       for (std::int64_t keys : {4096, 8192}) s.push_back({128, queries, heads, keys, 64});
   for (std::int64_t keys : {4096, 8192}) s.push_back({128, 1, 16, keys, 64, 128, 512, 0});  // no RoPE part
   s.push_back({32, 1, 16, 4096, 64});  // the CPU campaign's (perf_tests/compare_cpu.py)
+  return s;
+}
+
+/// DeepSeek-V3.2's sparse decode as FlashMLA benchmarks it: B = 128, a cache
+/// of 32768 tokens per sequence, 2048 positions per query token, 64 or 128 heads.
+std::vector<DecodeShape> sparse_decode_shapes() {
+  std::vector<DecodeShape> s;
+  for (std::int64_t heads : {64, 128})
+    for (std::int64_t queries : {1, 2}) s.push_back({128, queries, heads, 32768, 64, 128, 512, 64, 2048});
   return s;
 }
 
@@ -252,9 +272,12 @@ struct DecodeInputs {
   View1<T> q, q_rope, latent, k_rope, w_uk, w_uv, out;
   Kokkos::View<int**, Kokkos::LayoutRight, Space> block_table;
   Kokkos::View<int*, Kokkos::LayoutRight, Space> seqlens;
+  Kokkos::View<int***, Kokkos::LayoutRight, Space> indices;  ///< sparse: (B, Tq, topk)
   CacheArguments<T> args;
 
-  explicit DecodeInputs(const DecodeShape& d) {
+  /// storage: an FP8 storage gets DeepSeek's keys quantised into tokens of
+  /// the same pages by append_to_cache (the latent and RoPE buffers stay, unused).
+  explicit DecodeInputs(const DecodeShape& d, CacheStorage storage = CacheStorage::Native) {
     const std::int64_t rows = d.batch * d.queries * d.heads, per_sequence = d.keys / d.page;
     const std::int64_t pages = d.batch * per_sequence;
     q = View1<T>("q", rows * d.head_dim);
@@ -285,6 +308,46 @@ struct DecodeInputs {
       args.cache.k_rope = typename LatentCache<T>::Tokens(k_rope.data(), pages, d.page, d.rope_dim);
     args.cache.block_table = block_table;
     args.cache.seqlens = seqlens;
+    if (storage != CacheStorage::Native) quantise_cache(d, storage, pages);
+    if (d.topk > 0) list_positions(d);
+  }
+
+  /// Sparse: each query token's topk positions drawn at random from its
+  /// sequence (repeats possible, as an indexer's picks are not).
+  void list_positions(const DecodeShape& d) {
+    indices = decltype(indices)("indices", d.batch, d.queries, d.topk);
+    const auto all = indices;
+    const std::int64_t keys = d.keys;
+    Kokkos::parallel_for(
+        "KokkosMLA::bench::indices", Kokkos::RangePolicy<Space>(0, d.batch * d.queries * d.topk),
+        KOKKOS_LAMBDA(const std::int64_t i) {
+          const std::uint64_t h = (std::uint64_t(i) + 1) * 0x9E3779B97F4A7C15ull;
+          all.data()[i] = int((h ^ (h >> 29)) % std::uint64_t(keys));
+        });
+    args.indices = indices;
+  }
+
+  /// The cache as FP8 tokens: every sequence's keys appended at once (the
+  /// buffers read as (B, S, ...): the tokens' values are as random as before).
+  void quantise_cache(const DecodeShape& d, CacheStorage storage, std::int64_t pages) {
+    LatentCache<T> fp8;
+    fp8.storage = storage;
+    fp8.fp8.tokens = typename Fp8Tokens<Space::memory_space>::Bytes(
+        "tokens", pages, d.page, fp8_token_bytes(storage, d.latent_dim, d.rope_dim));
+    fp8.fp8.latent_scale = fp8.fp8.rope_scale = 1.f / 256;  // Fp8PerTensor: values in [-1, 1]
+    fp8.block_table = block_table;
+    fp8.seqlens = seqlens;
+    using C = CacheArguments<T>;
+    append_to_cache(Space(), fp8, typename C::ConstRank3(latent.data(), d.batch, d.keys, d.latent_dim),
+                    typename C::ConstRank3(k_rope.data(), d.batch, d.keys, d.rope_dim));
+    args.cache = fp8;
+  }
+
+  /// Bytes of one cached token.
+  double token_bytes(const DecodeShape& d) const {
+    return args.cache.storage == CacheStorage::Native
+               ? double(sizeof(T) * (d.latent_dim + d.rope_dim))
+               : double(fp8_token_bytes(args.cache.storage, d.latent_dim, d.rope_dim));
   }
 };
 
@@ -298,6 +361,14 @@ double decode_relative_error(const DecodeShape& d, const DecodeInputs<T>& in) {
   widen(in.k_rope, ref.k_rope);
   widen(in.w_uk, ref.w_uk);
   widen(in.w_uv, ref.w_uv);
+  if (in.args.cache.storage != CacheStorage::Native) {  // the same FP8 tokens, dequantised to double
+    LatentCache<double> fp8;
+    fp8.storage = in.args.cache.storage;
+    fp8.fp8 = in.args.cache.fp8;
+    fp8.block_table = in.block_table;
+    fp8.seqlens = in.seqlens;
+    ref.args.cache = fp8;
+  }
   CachePlan<double, Space>(Space(), cache_shape(ref.args)).execute(Space(), ref.args);
   return relative_distance(in.out, ref.out);
 }
@@ -318,8 +389,9 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
 
 /// A decode step on the plan's path, or on the path given (A/B in one run).
 template <class T>
-void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path> path) {
-  DecodeInputs<T> in(d);
+void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path> path,
+                     CacheStorage storage = CacheStorage::Native) {
+  DecodeInputs<T> in(d, storage);
   Options opt;
   opt.check_cache_indices = false;  // as a serving loop would run it
   opt.path = path;
@@ -329,13 +401,15 @@ void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path>
   const double rows = double(d.batch * d.queries * d.heads), R = double(d.latent_dim),
                Dr = double(d.rope_dim);
   const double flops = rows * (4 * d.head_dim * R + 2 * d.keys * (R + Dr) + 2 * d.keys * R);
-  const double bytes = sizeof(T) * (double(d.batch * d.keys) * (R + Dr) + rows * (2 * d.head_dim + Dr));
+  const double bytes =
+      double(d.batch * d.keys) * in.token_bytes(d) + sizeof(T) * rows * (2 * d.head_dim + Dr);
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["splits"] = plan.splits();
   static std::map<std::string, double> errors;
   const std::string key = std::to_string(d.heads) + "/" + std::to_string(d.queries) + "/" +
-                          std::to_string(d.keys) + "/" + std::to_string(d.rope_dim);
+                          std::to_string(d.keys) + "/" + std::to_string(d.rope_dim) + "/" +
+                          to_string(storage);
   if (!errors.count(key)) errors[key] = decode_relative_error(d, in);
   state.counters["relerr"] = errors[key];
   state.SetLabel(plan.describe());
@@ -355,15 +429,16 @@ std::string decode_name(const DecodeShape& d) {
   std::ostringstream o;
   o << "B" << d.batch << "_Tq" << d.queries << "_H" << d.heads << "_S" << d.keys << "_R" << d.latent_dim
     << "_Dr" << d.rope_dim << "_P" << d.page;
+  if (d.topk > 0) o << "_K" << d.topk;
   return o.str();
 }
 
-/// Registers run(state, d) as kind/type/<shape> for every decode shape, or
-/// only for FlashMLA's (Tq = 1 and 2, RoPE 64).
-enum class DecodeShapes { All, FlashMLA };
+/// Registers run(state, d) as kind/type/<shape> for every decode shape, only
+/// for FlashMLA's (Tq = 1 and 2, RoPE 64), or for the sparse ones.
+enum class DecodeShapes { All, FlashMLA, Sparse };
 void register_decode_kind(const char* kind, const char* type, DecodeShapes shapes,
                           void (*run)(benchmark::State&, DecodeShape)) {
-  for (const DecodeShape& d : decode_shapes()) {
+  for (const DecodeShape& d : shapes == DecodeShapes::Sparse ? sparse_decode_shapes() : decode_shapes()) {
     if (shapes == DecodeShapes::FlashMLA && (d.queries > 2 || d.rope_dim != 64)) continue;
     const std::string name = std::string(kind) + "/" + type + "/" + decode_name(d);
     benchmark::RegisterBenchmark(name.c_str(), [d, run](benchmark::State& st) { run(st, d); })
@@ -383,8 +458,9 @@ void register_decode(const char* type) {
 /// DecodeShape's cache, with absorbed queries (B, Tq, H, 512) given: the
 /// CachePlan's own attention step, as FlashMLA's benchmark times its kernel.
 template <class T>
-void run_decode_attention_with(benchmark::State& state, DecodeShape d, std::optional<Path> path) {
-  DecodeInputs<T> in(d);
+void run_decode_attention_with(benchmark::State& state, DecodeShape d, std::optional<Path> path,
+                               CacheStorage storage = CacheStorage::Native) {
+  DecodeInputs<T> in(d, storage);
   const std::int64_t rows = d.batch * d.queries * d.heads;
   View1<T> qa("qa", rows * d.latent_dim);
   Test::fill_hash(qa, 17, 1.0);
@@ -398,8 +474,9 @@ void run_decode_attention_with(benchmark::State& state, DecodeShape d, std::opti
   const Space exec;
   time_each_call(state, exec, [&] { plan.impl_attend_absorbed(exec, in.args, qa.data()); });
   const double width = double(d.latent_dim + d.rope_dim);
-  const double flops = double(rows) * d.keys * (width + d.latent_dim) * 2;
-  const double bytes = sizeof(T) * (double(d.batch * d.keys) * width + rows * (width + d.latent_dim));
+  const double flops = double(rows) * d.keys_read() * (width + d.latent_dim) * 2;
+  const double bytes =
+      double(d.tokens_read()) * in.token_bytes(d) + sizeof(T) * rows * (width + d.latent_dim);
   state.counters["GFLOP"] = benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["GB"] = benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["splits"] = plan.splits();
@@ -473,6 +550,30 @@ void register_decode_16bit(const char* type) {
 #endif
 }
 
+#if KOKKOSMLA_HAS_BHALF
+/// bf16 queries and weights over FlashMLA's FP8 tokens (Fp8PerBlock): the
+/// CachePlan, and on tensor cores its attention step alone.
+void run_decode_fp8(benchmark::State& state, DecodeShape d) {
+  run_decode_with<Kokkos::Experimental::bhalf_t>(state, d, std::nullopt, CacheStorage::Fp8PerBlock);
+}
+#if KOKKOSMLA_ENABLE_SM80
+void run_decode_attention_fp8(benchmark::State& state, DecodeShape d) {
+  run_decode_attention_with<Kokkos::Experimental::bhalf_t>(state, d, std::nullopt, CacheStorage::Fp8PerBlock);
+}
+#endif
+
+void register_decode_fp8() {
+  register_decode_kind("decode", "fp8", DecodeShapes::FlashMLA, &run_decode_fp8);
+#if KOKKOSMLA_ENABLE_SM80
+  register_decode_kind("decode_attention", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8);
+  // Sparse decode's attention step (index listing included), FP8 as FlashMLA stores it and bf16.
+  register_decode_kind("decode_sparse_attention", "fp8", DecodeShapes::Sparse, &run_decode_attention_fp8);
+  register_decode_kind("decode_sparse_attention", "bf16", DecodeShapes::Sparse,
+                       &run_decode_attention<Kokkos::Experimental::bhalf_t>);
+#endif
+}
+#endif
+
 }  // namespace Bench
 }  // namespace KokkosMLA
 
@@ -528,6 +629,7 @@ int main(int argc, char** argv) {
 #endif
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::bhalf_t>("bf16");
+    KokkosMLA::Bench::register_decode_fp8();
 #endif
 #if KOKKOSMLA_HAS_HALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::half_t>("fp16");
