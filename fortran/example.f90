@@ -2,7 +2,8 @@
 ! array wrapper kokkosmla_attention, and through the C-level functions on
 ! memory from kokkosmla_malloc (what code that keeps its arrays on a GPU does).
 ! Then one decoding step over a paged latent cache with RoPE keys: append each
-! sequence's new token, attend with a cache plan. Compares everything with
+! sequence's new token, attend with a cache plan; and the same over an FP8
+! cache (e4m3 with per-tensor scales), checked on the values it decodes to. Compares everything with
 ! plain Fortran references; exits with status 1 when the maximum error
 ! exceeds 1e-12 (1e-5 for a float run of the first problem).
 !
@@ -53,6 +54,9 @@ program kokkosmla_fortran_example
 
   worst_decode = decode_step()
   print '(a, es10.3)', "decode step over a paged cache: max error ", worst_decode
+  worst = max(worst, worst_decode)
+  worst_decode = fp8_step()
+  print '(a, es10.3)', "FP8 cache: max error against the decoded values ", worst_decode
   worst = max(worst, worst_decode)
 
   call check(kokkosmla_finalize(), "kokkosmla_finalize")
@@ -216,6 +220,121 @@ contains
     call check(kokkosmla_free(dout), "kokkosmla_free")
     call check(kokkosmla_free(dlse), "kokkosmla_free")
   end function decode_step
+
+  !> The value of an e4m3 byte (OCP E4M3: bias 7, subnormals k 2^-9; no NaN here).
+  real(c_double) function e4m3(byte)
+    integer(c_int8_t), intent(in) :: byte
+    integer :: code, e, m
+    code = iand(int(byte), 255)
+    e = iand(ishft(code, -3), 15)
+    m = iand(code, 7)
+    if (e == 0) then
+      e4m3 = m * 2d0**(-9)
+    else
+      e4m3 = (8 + m) * 2d0**(e - 10)
+    end if
+    if (code >= 128) e4m3 = -e4m3
+  end function e4m3
+
+  !> An FP8 cache (KOKKOSMLA_CACHE_FP8_PER_TENSOR, contiguous, nb sequences of
+  !> at most cap tokens): append ns2 tokens to each, read the bytes back and
+  !> decode them (e4m3 x scale), then attend with the newest token of each
+  !> sequence as the query through a storage plan. Returns the largest error
+  !> of out against a Fortran reference over the decoded values; stops when a
+  !> decoded value is farther from its input than e4m3 rounding allows.
+  real(c_double) function fp8_step() result(worst)
+    integer, parameter :: dr = 2, cap = 6, ns2 = 5
+    integer(c_int8_t), target :: tokens(nr + dr, cap, nb)
+    integer(c_int), target :: lengths(nb)
+    integer(c_int64_t) :: token_bytes
+    real(c_double), target :: new_latent(nr, ns2, nb), new_rope(dr, ns2, nb)
+    real(c_double), target :: qd(nd, nh, 1, nb), qr(dr, nh, 1, nb), od(nd, nh, 1, nb)
+    real(c_double) :: lat(nr, cap, nb), rope(dr, cap, nb), k(nd), v(nd, cap), p(cap), acc(nd), scale, top
+    type(kokkosmla_cache) :: cache
+    type(c_ptr) :: dq, dqr, dk, dv, dout, dnew, dnew_rope, plan
+    integer :: b, h, s, r
+    call check(kokkosmla_fp8_token_bytes(KOKKOSMLA_CACHE_FP8_PER_TENSOR, int(nr, c_int64_t), &
+                                         int(dr, c_int64_t), token_bytes), "kokkosmla_fp8_token_bytes")
+    if (token_bytes /= nr + dr) stop "kokkosmla_fp8_token_bytes: unexpected size"
+    lengths = ns2
+    call fill(new_latent, size(new_latent), 11.0d0)
+    call fill(new_rope, size(new_rope), 12.0d0)
+    call fill(qd, size(qd), 13.0d0)
+    call fill(qr, size(qr), 14.0d0)
+
+    cache%storage = KOKKOSMLA_CACHE_FP8_PER_TENSOR
+    cache%fp8_latent_scale = 1.0 / 64  ! powers of two: the decoded products are exact
+    cache%fp8_rope_scale = 1.0 / 128
+    cache%latent = kokkosmla_malloc(c_sizeof(tokens))
+    cache%seqlens = kokkosmla_malloc(c_sizeof(lengths))
+    call check(kokkosmla_copy_to_device(cache%seqlens, c_loc(lengths), c_sizeof(lengths)), "copy seqlens")
+    cache%page_size = cap  ! contiguous: block_table stays c_null_ptr
+    cache%latent_dim = nr
+    cache%rope_dim = dr
+    dnew = to_device(c_loc(new_latent), size(new_latent))
+    dnew_rope = to_device(c_loc(new_rope), size(new_rope))
+    call check(kokkosmla_append_to_cache_d(cache, dnew, dnew_rope, int(nb, c_int64_t), int(ns2, c_int64_t), &
+                                           kokkosmla_options_default()), "kokkosmla_append_to_cache_d")
+    call check(kokkosmla_copy_to_host(c_loc(tokens), cache%latent, c_sizeof(tokens)), "copy tokens")
+    do b = 1, nb
+      do s = 1, ns2
+        do r = 1, nr
+          lat(r, s, b) = e4m3(tokens(r, s, b)) * cache%fp8_latent_scale
+        end do
+        do r = 1, dr
+          rope(r, s, b) = e4m3(tokens(nr + r, s, b)) * cache%fp8_rope_scale
+        end do
+        if (any(abs(lat(:, s, b) - new_latent(:, s, b)) > abs(new_latent(:, s, b)) / 16 + 2d0**(-16)) .or. &
+            any(abs(rope(:, s, b) - new_rope(:, s, b)) > abs(new_rope(:, s, b)) / 16 + 2d0**(-17))) &
+          stop "FP8 cache: a decoded value is beyond e4m3 rounding"
+      end do
+    end do
+
+    dq = to_device(c_loc(qd), size(qd))
+    dqr = to_device(c_loc(qr), size(qr))
+    dk = to_device(c_loc(w_uk), size(w_uk))
+    dv = to_device(c_loc(w_uv), size(w_uv))
+    dout = kokkosmla_malloc(bytes(size(od)))
+    call check(kokkosmla_cache_plan_create_storage_d(plan, int(nb, c_int64_t), 1_c_int64_t, int(nh, c_int64_t), &
+                                                     int(nd, c_int64_t), int(nr, c_int64_t), int(dr, c_int64_t), &
+                                                     int(cap, c_int64_t), KOKKOSMLA_CACHE_FP8_PER_TENSOR, &
+                                                     kokkosmla_options_default()), &
+               "kokkosmla_cache_plan_create_storage_d")
+    call check(kokkosmla_cache_plan_execute_d(plan, dq, dqr, cache, dk, dv, dout, c_null_ptr), &
+               "kokkosmla_cache_plan_execute_d")
+    call check(kokkosmla_cache_plan_destroy_d(plan), "kokkosmla_cache_plan_destroy_d")
+    call check(kokkosmla_copy_to_host(c_loc(od), dout, bytes(size(od))), "copy out")
+
+    scale = 1d0 / sqrt(real(nd + dr, c_double))
+    worst = 0
+    do b = 1, nb
+      do h = 1, nh
+        do s = 1, ns2
+          k = 0
+          v(:, s) = 0
+          do r = 1, nr
+            k = k + lat(r, s, b) * w_uk(:, h, r)
+            v(:, s) = v(:, s) + lat(r, s, b) * w_uv(:, h, r)
+          end do
+          p(s) = scale * (dot_product(qd(:, h, 1, b), k) + dot_product(qr(:, h, 1, b), rope(:, s, b)))
+        end do
+        top = maxval(p(1:ns2))
+        p(1:ns2) = exp(p(1:ns2) - top)
+        acc = matmul(v(:, 1:ns2), p(1:ns2))
+        worst = max(worst, maxval(abs(od(:, h, 1, b) - acc / sum(p(1:ns2)))))
+      end do
+    end do
+
+    call check(kokkosmla_free(cache%latent), "kokkosmla_free")
+    call check(kokkosmla_free(cache%seqlens), "kokkosmla_free")
+    call check(kokkosmla_free(dnew), "kokkosmla_free")
+    call check(kokkosmla_free(dnew_rope), "kokkosmla_free")
+    call check(kokkosmla_free(dq), "kokkosmla_free")
+    call check(kokkosmla_free(dqr), "kokkosmla_free")
+    call check(kokkosmla_free(dk), "kokkosmla_free")
+    call check(kokkosmla_free(dv), "kokkosmla_free")
+    call check(kokkosmla_free(dout), "kokkosmla_free")
+  end function fp8_step
 
   integer(c_size_t) function bytes(n)
     integer, intent(in) :: n

@@ -40,6 +40,10 @@ module kokkosmla
   integer(c_int), parameter, public :: KOKKOSMLA_FUSED = 1
   integer(c_int), parameter, public :: KOKKOSMLA_DECOMPRESSED = 2
   integer(c_int), parameter, public :: KOKKOSMLA_ABSORBED = 3
+  ! kokkosmla_cache_storage
+  integer(c_int), parameter, public :: KOKKOSMLA_CACHE_NATIVE = 0
+  integer(c_int), parameter, public :: KOKKOSMLA_CACHE_FP8_PER_BLOCK = 1
+  integer(c_int), parameter, public :: KOKKOSMLA_CACHE_FP8_PER_TENSOR = 2
 
   !> The C struct kokkosmla_options. scale = 0 means the default (1/sqrt(D), and
   !> 1/sqrt(D + Dr) for cache attention); causal /= 0 is causal; the later
@@ -59,6 +63,9 @@ module kokkosmla
   !> latent(W, page_size, pages), k_rope(Dr, page_size, pages) and
   !> block_table(pages_per_sequence, B) of 0-based page indices; a contiguous
   !> one latent(W, page_size, B) with block_table c_null_ptr; seqlens(B).
+  !> With storage KOKKOSMLA_CACHE_FP8_PER_BLOCK or _PER_TENSOR, latent holds
+  !> the tokens' bytes, latent(bytes, page_size, pages) of kind c_int8_t with
+  !> bytes from kokkosmla_fp8_token_bytes, k_rope is c_null_ptr and packed 0.
   type, bind(c), public :: kokkosmla_cache
     type(c_ptr) :: latent = c_null_ptr
     type(c_ptr) :: k_rope = c_null_ptr
@@ -70,6 +77,10 @@ module kokkosmla
     integer(c_int64_t) :: latent_dim = 0
     integer(c_int64_t) :: rope_dim = 0
     integer(c_int) :: packed = 0
+    integer(c_int) :: storage = KOKKOSMLA_CACHE_NATIVE
+    integer(c_int) :: fp8_power_of_two_scales = 0
+    real(c_float) :: fp8_latent_scale = 0
+    real(c_float) :: fp8_rope_scale = 0
   end type kokkosmla_cache
 
   public :: kokkosmla_options_default, kokkosmla_initialize, kokkosmla_finalize
@@ -86,6 +97,8 @@ module kokkosmla
   public :: kokkosmla_cache_plan_destroy_f, kokkosmla_cache_plan_destroy_d
   public :: kokkosmla_cache_attention_f, kokkosmla_cache_attention_d
   public :: kokkosmla_append_to_cache_f, kokkosmla_append_to_cache_d
+  public :: kokkosmla_cache_plan_create_storage_f, kokkosmla_cache_plan_create_storage_d
+  public :: kokkosmla_fp8_token_bytes
 
   !> Attention on Fortran arrays; see the module comment.
   interface kokkosmla_attention
@@ -243,6 +256,16 @@ module kokkosmla
       integer(c_int) :: kokkosmla_cache_plan_create_f
     end function
 
+    function kokkosmla_cache_plan_create_storage_f(plan, b, tq, h, d, r, dr, capacity, storage, opt) &
+        bind(c, name="kokkosmla_cache_plan_create_storage_f")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_options
+      type(c_ptr), intent(out) :: plan
+      integer(c_int64_t), value :: b, tq, h, d, r, dr, capacity
+      integer(c_int), value :: storage
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_plan_create_storage_f
+    end function
+
     function kokkosmla_cache_plan_execute_f(plan, q, q_rope, cache, w_uk, w_uv, out, lse) &
         bind(c, name="kokkosmla_cache_plan_execute_f")
       import :: c_ptr, c_int, kokkosmla_cache
@@ -293,6 +316,25 @@ module kokkosmla
       integer(c_int64_t), value :: b, tq, h, d, r, dr, capacity
       type(kokkosmla_options), intent(in) :: opt
       integer(c_int) :: kokkosmla_cache_plan_create_d
+    end function
+
+    function kokkosmla_cache_plan_create_storage_d(plan, b, tq, h, d, r, dr, capacity, storage, opt) &
+        bind(c, name="kokkosmla_cache_plan_create_storage_d")
+      import :: c_ptr, c_int64_t, c_int, kokkosmla_options
+      type(c_ptr), intent(out) :: plan
+      integer(c_int64_t), value :: b, tq, h, d, r, dr, capacity
+      integer(c_int), value :: storage
+      type(kokkosmla_options), intent(in) :: opt
+      integer(c_int) :: kokkosmla_cache_plan_create_storage_d
+    end function
+
+    !> Bytes of one token of an FP8 storage (656 for R = 512, Dr = 64 per block).
+    function kokkosmla_fp8_token_bytes(storage, r, dr, bytes) bind(c, name="kokkosmla_fp8_token_bytes")
+      import :: c_int, c_int64_t
+      integer(c_int), value :: storage
+      integer(c_int64_t), value :: r, dr
+      integer(c_int64_t), intent(out) :: bytes
+      integer(c_int) :: kokkosmla_fp8_token_bytes
     end function
 
     function kokkosmla_cache_plan_execute_d(plan, q, q_rope, cache, w_uk, w_uv, out, lse) &

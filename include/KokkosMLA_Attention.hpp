@@ -109,10 +109,17 @@ constexpr bool check_views() {
 
 /// describe() of a prefill argument, which may have any layout and gaps:
 /// what is not a contiguous row-major array is copied into one (row_major).
+/// Its bytes run from the first element to the last (Kokkos' span() of a
+/// strided slice may reach past the array it slices, into other memory).
 template <class V>
 ArgInfo describe_any_layout(const char* name, const V& v) {
   ArgInfo a = describe(name, v);
   a.contiguous = true;
+  if (v.size() > 0) {
+    std::size_t last = 0;
+    for (int i = 0; i < int(V::rank); ++i) last += (v.extent(i) - 1) * std::size_t(v.stride(i));
+    a.bytes = (last + 1) * sizeof(typename V::value_type);
+  }
   return a;
 }
 
@@ -134,14 +141,24 @@ Shape validated_shape(const char* caller, const Q& q, const L& latent, const WK&
   return s;
 }
 
-/// Whether the kernels read v as it is: row-major without gaps.
+/// Whether the kernels read v as it is: row-major without gaps, whatever its
+/// layout type (a LayoutStride or LayoutLeft view whose strides are those of
+/// a contiguous row-major array, e.g. a slice of leading indices, is read in place).
 template <class V>
 bool is_row_major(const V& v) {
-  return std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value && v.span_is_contiguous();
+  if (!v.span_is_contiguous()) return false;
+  if (std::is_same<typename V::array_layout, Kokkos::LayoutRight>::value) return true;
+  std::size_t expected = 1;
+  for (int i = int(V::rank) - 1; i >= 0; --i) {
+    if (v.extent(i) > 1 && std::size_t(v.stride(i)) != expected) return false;
+    expected *= v.extent(i);
+  }
+  return true;
 }
 
 /// A row-major view of v's extents and value type: v itself (unmanaged) when
-/// it is row-major, else a new one, filled from v on exec when `fill`.
+/// it is row-major (or empty: an absent optional view), else a new one,
+/// filled from v on exec when `fill`.
 template <class ExecSpace, class V>
 Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_space> row_major(
     const ExecSpace& exec, const V& v, bool fill) {
@@ -149,7 +166,7 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_spac
   using Copy = Kokkos::View<typename V::non_const_data_type, Kokkos::LayoutRight, typename V::memory_space>;
   static_assert(int(V::rank) == 3 || int(V::rank) == 4, "rank 3 or 4");
   auto make = [&](auto&& first, auto... rest) {
-    if (is_row_major(v)) return R(first, rest...);
+    if (v.size() == 0 || is_row_major(v)) return R(first, rest...);
     const Copy copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::row_major_copy"), rest...);
     if (fill) Kokkos::deep_copy(exec, copy, v);
     return R(copy);

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 namespace KokkosMLA {
 
@@ -39,12 +40,24 @@ struct LatentCache {
 /// The arguments of one cache-attention call. Query i of sequence b sits at
 /// position seqlens(b) - Tq + i and, when causal, attends to positions <= its own.
 /// With query_offsets, sequences have different numbers of queries (packed).
-template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space>
+///
+/// Layout is that of q, q_rope, w_uk, w_uv, out and lse: LayoutRight (the
+/// kernels' own), LayoutLeft, or LayoutStride, which also takes LayoutRight
+/// and LayoutLeft views and slices of wider arrays, e.g. the first 128 of
+/// 192 columns of a (B, Tq, H, 192) query projection. Views that are not
+/// row-major without gaps are read through row-major copies made per call
+/// (out and lse copied back); the cache, indices and offsets stay LayoutRight.
+template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
+          class Layout = Kokkos::LayoutRight>
 struct CacheArguments {
-  using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemorySpace>;
-  using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemorySpace>;
-  using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemorySpace>;
-  using Lse = Kokkos::View<compute_type<Scalar>***, Kokkos::LayoutRight, MemorySpace>;
+  static_assert(std::is_same<Layout, Kokkos::LayoutRight>::value ||
+                    std::is_same<Layout, Kokkos::LayoutLeft>::value ||
+                    std::is_same<Layout, Kokkos::LayoutStride>::value,
+                "KokkosMLA::CacheArguments: Layout must be LayoutRight, LayoutLeft or LayoutStride");
+  using ConstRank4 = Kokkos::View<const Scalar****, Layout, MemorySpace>;
+  using ConstRank3 = Kokkos::View<const Scalar***, Layout, MemorySpace>;
+  using Rank4 = Kokkos::View<Scalar****, Layout, MemorySpace>;
+  using Lse = Kokkos::View<compute_type<Scalar>***, Layout, MemorySpace>;
 
   ConstRank4 q;       ///< (B, Tq, H, D)
   ConstRank4 q_rope;  ///< (B, Tq, H, Dr) with a RoPE part, else empty
@@ -106,9 +119,47 @@ std::string to_string(const CacheShape& s);
 namespace Impl {
 /// Throws std::invalid_argument naming the argument and extents (and, when
 /// check_indices, any seqlens or block-table entry out of range); returns the shape.
-template <class Scalar, class MemorySpace>
-CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
+template <class Scalar, class MemorySpace, class Layout>
+CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace, Layout>& a,
                                     bool check_indices);
+
+/// The arguments with the query-side views as LayoutStride (what every
+/// layout converts to; LayoutRight arguments stay as they are).
+template <class Scalar, class MemorySpace, class Layout>
+CacheArguments<Scalar, MemorySpace, Kokkos::LayoutStride> strided(
+    const CacheArguments<Scalar, MemorySpace, Layout>& a) {
+  CacheArguments<Scalar, MemorySpace, Kokkos::LayoutStride> s;
+  s.q = a.q;
+  s.q_rope = a.q_rope;
+  s.cache = a.cache;
+  s.w_uk = a.w_uk;
+  s.w_uv = a.w_uv;
+  s.out = a.out;
+  s.lse = a.lse;
+  s.query_offsets = a.query_offsets;
+  s.indices = a.indices;
+  s.sinks = a.sinks;
+  return s;
+}
+
+/// The arguments as CacheArguments of LayoutRight or LayoutStride, the two
+/// that the library's functions are built for.
+template <class Scalar, class MemorySpace, class Layout>
+decltype(auto) built_layout(const CacheArguments<Scalar, MemorySpace, Layout>& a) {
+  if constexpr (std::is_same<Layout, Kokkos::LayoutLeft>::value)
+    return strided(a);
+  else
+    return (a);
+}
+
+/// append_to_cache on new tokens of any layout (viewed as LayoutStride);
+/// those that are not row-major without gaps are copied after the checks.
+template <class Scalar, class ExecSpace>
+void append_strided(
+    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>& new_latent,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>& new_k_rope,
+    const Options& opt);
 
 /// A cache-attention path planned for one problem (src/paths/): what a CachePlan holds.
 template <class Scalar, class ExecSpace>
@@ -158,6 +209,14 @@ class CachePlan {
   /// Options::check_cache_indices. Throws std::invalid_argument, before any
   /// launch and without touching out, when the arguments do not match the plan.
   void execute(const ExecSpace& exec, const arguments& args) const;
+  /// As above, for arguments of another layout (CacheArguments): views that
+  /// are not row-major without gaps are copied into row-major views
+  /// allocated per call (out and lse copied back; the call waits for the
+  /// copies before it returns).
+  template <class Layout, std::enable_if_t<!std::is_same<Layout, Kokkos::LayoutRight>::value, int> = 0>
+  void execute(const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Layout>& args) const {
+    execute_strided(exec, Impl::strided(args));
+  }
 
   const CacheShape& shape() const { return shape_; }
   /// Parts each sequence's keys are split into (1: no split).
@@ -177,6 +236,14 @@ class CachePlan {
   void impl_attend_absorbed(const ExecSpace& exec, const arguments& args, Scalar* qa) const;
 
  private:
+  void execute_strided(const ExecSpace& exec,
+                       const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& args) const;
+  /// The extents against the plan and, with Options::check_cache_indices, the indices.
+  template <class Arguments>
+  void check(const ExecSpace& exec, const Arguments& args) const;
+  /// The launches, on row-major arguments already checked.
+  void run(const ExecSpace& exec, const arguments& args) const;
+
   CacheShape shape_;
   Options options_;
   double scale_ = 1;
@@ -187,19 +254,20 @@ class CachePlan {
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.
-template <class Scalar, class MemorySpace>
-CacheShape cache_shape(const CacheArguments<Scalar, MemorySpace>& args, const Options& opt = {}) {
-  return Impl::validate_cache_arguments("KokkosMLA::cache_shape", args, opt.check_cache_indices);
+template <class Scalar, class MemorySpace, class Layout>
+CacheShape cache_shape(const CacheArguments<Scalar, MemorySpace, Layout>& args, const Options& opt = {}) {
+  return Impl::validate_cache_arguments("KokkosMLA::cache_shape", Impl::built_layout(args),
+                                        opt.check_cache_indices);
 }
 
 /// Plans and executes once; serving loops should hold a CachePlan.
-template <class ExecSpace, class Scalar>
+template <class ExecSpace, class Scalar, class Layout>
 void cache_attention(const ExecSpace& exec,
-                     const CacheArguments<Scalar, typename ExecSpace::memory_space>& args,
+                     const CacheArguments<Scalar, typename ExecSpace::memory_space, Layout>& args,
                      const Options& opt = {}) {
   Options planned = opt;
-  const CacheShape shape =
-      Impl::validate_cache_arguments("KokkosMLA::cache_attention", args, opt.check_cache_indices);
+  const CacheShape shape = Impl::validate_cache_arguments("KokkosMLA::cache_attention",
+                                                          Impl::built_layout(args), opt.check_cache_indices);
   planned.check_cache_indices = false;  // just checked
   CachePlan<Scalar, ExecSpace>(exec, shape, planned).execute(exec, args);
 }
@@ -214,21 +282,32 @@ void cache_attention(const ExecSpace& exec,
 /// blocks (fp8_block_scale). Asynchronous on exec (but see
 /// Options::check_cache_indices); throws std::invalid_argument before any
 /// launch on mismatched extents, indices out of range or unusable scales.
-template <class Scalar, class ExecSpace>
-void append_to_cache(
-    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
-    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_latent,
-    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_k_rope = {},
-    const Options& opt = {});
+/// new_latent and new_k_rope may be LayoutRight, LayoutLeft or LayoutStride
+/// views (e.g. the latent and RoPE columns of a packed (B, Tn, R + Dr)
+/// projection); those that are not row-major without gaps are read through
+/// row-major copies made per call (the call then waits for them).
+template <class ExecSpace, class Scalar, class NewLatent,
+          class NewRope = typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3>
+void append_to_cache(const ExecSpace& exec,
+                     const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+                     const NewLatent& new_latent, const NewRope& new_k_rope = {}, const Options& opt = {}) {
+  static_assert(Impl::check_view<Scalar, ExecSpace, NewLatent, 3, false>() &&
+                    Impl::check_view<Scalar, ExecSpace, NewRope, 3, false>(),
+                "");
+  using Strided = Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>;
+  Impl::append_strided(exec, cache, Strided(new_latent), Strided(new_k_rope), opt);
+}
 
-#define KOKKOSMLA_DECLARE_CACHE_INSTANCE(SCALAR, SPACE)                                                \
-  extern template class CachePlan<SCALAR, SPACE>;                                                      \
-  extern template CacheShape Impl::validate_cache_arguments(                                           \
-      const char*, const CacheArguments<SCALAR, SPACE::memory_space>&, bool);                          \
-  extern template void append_to_cache(const SPACE&, const LatentCache<SCALAR, SPACE::memory_space>&,  \
-                                       const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
-                                       const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
-                                       const Options&);
+#define KOKKOSMLA_DECLARE_CACHE_INSTANCE(SCALAR, SPACE)                                             \
+  extern template class CachePlan<SCALAR, SPACE>;                                                   \
+  extern template CacheShape Impl::validate_cache_arguments(                                        \
+      const char*, const CacheArguments<SCALAR, SPACE::memory_space>&, bool);                       \
+  extern template CacheShape Impl::validate_cache_arguments(                                        \
+      const char*, const CacheArguments<SCALAR, SPACE::memory_space, Kokkos::LayoutStride>&, bool); \
+  extern template void Impl::append_strided(                                                        \
+      const SPACE&, const LatentCache<SCALAR, SPACE::memory_space>&,                                \
+      const Kokkos::View<const SCALAR***, Kokkos::LayoutStride, SPACE::memory_space>&,              \
+      const Kokkos::View<const SCALAR***, Kokkos::LayoutStride, SPACE::memory_space>&, const Options&);
 #if KOKKOSMLA_HAS_HALF
 #define KOKKOSMLA_DECLARE_CACHE_HALF(SPACE) \
   KOKKOSMLA_DECLARE_CACHE_INSTANCE(Kokkos::Experimental::half_t, SPACE)

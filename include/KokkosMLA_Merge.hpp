@@ -33,6 +33,10 @@ void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a,
 /// inputs) passes the NaN on. Both sides empty: out 0, lse +inf. out and lse may be out_a and lse_a (or the b
 /// pair) themselves, to accumulate in place; any other overlap is rejected. Asynchronous on exec; throws
 /// std::invalid_argument, before any launch, on mismatched extents.
+/// Views may be LayoutRight, LayoutLeft or LayoutStride (slices of wider
+/// arrays): those that are not row-major without gaps are read through
+/// row-major copies made per call (out and lse copied back; the call then
+/// waits for the copies to be read before it returns).
 template <class ExecSpace, class OA, class LA, class OB, class LB, class O, class L,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const OB& out_b, const LB& lse_b,
@@ -50,14 +54,29 @@ void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const
                     Impl::check_view<Scalar, ExecSpace, O, 4, true>() &&
                     Impl::check_view<Scalar, ExecSpace, L, 3, true>(),
                 "");
-  Impl::validate_merge("KokkosMLA::merge_states", Impl::describe("out_a", out_a),
-                       Impl::describe("lse_a", lse_a), Impl::describe("out_b", out_b),
-                       Impl::describe("lse_b", lse_b), Impl::describe("out", out),
-                       Impl::describe("lse", lse));
+  using Impl::describe_any_layout;
+  Impl::validate_merge("KokkosMLA::merge_states", describe_any_layout("out_a", out_a),
+                       describe_any_layout("lse_a", lse_a), describe_any_layout("out_b", out_b),
+                       describe_any_layout("lse_b", lse_b), describe_any_layout("out", out),
+                       describe_any_layout("lse", lse));
+  // Named: the copies must live until the launches that read them are done.
+  const auto out_a_rows = Impl::row_major(exec, out_a, true);
+  const auto lse_a_rows = Impl::row_major(exec, lse_a, true);
+  const auto out_b_rows = Impl::row_major(exec, out_b, true);
+  const auto lse_b_rows = Impl::row_major(exec, lse_b, true);
+  const auto out_rows = Impl::row_major(exec, out, false);
+  const auto lse_rows = Impl::row_major(exec, lse, false);
   Impl::merge_rows<Scalar, ExecSpace>(
-      exec, out_a.data(), lse_a.data(), out_b.data(), lse_b.data(), out.data(), lse.data(),
+      exec, out_a_rows.data(), lse_a_rows.data(), out_b_rows.data(), lse_b_rows.data(), out_rows.data(),
+      lse_rows.data(),
       std::int64_t(out.extent(0)) * std::int64_t(out.extent(1)) * std::int64_t(out.extent(2)),
       std::int64_t(out.extent(3)));
+  if (out_rows.data() != out.data()) Kokkos::deep_copy(exec, out, out_rows);
+  if (lse_rows.data() != lse.data()) Kokkos::deep_copy(exec, lse, lse_rows);
+  if (out_a_rows.data() != out_a.data() || lse_a_rows.data() != lse_a.data() ||
+      out_b_rows.data() != out_b.data() || lse_b_rows.data() != lse_b.data() ||
+      out_rows.data() != out.data() || lse_rows.data() != lse.data())
+    exec.fence();  // copies are freed here
 }
 
 #define KOKKOSMLA_DECLARE_MERGE_INSTANCES(SPACE)                                                       \

@@ -164,9 +164,25 @@ int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);
 int kokkosmla_plan_destroy_f(kokkosmla_plan_f* plan);
 int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan);
 
+/* How a kokkosmla_cache stores its tokens (KokkosMLA::CacheStorage; the byte
+   layout, scales and rounding are in docs/serving.md, "FP8 latent cache"). */
+typedef enum kokkosmla_cache_storage {
+  KOKKOSMLA_CACHE_NATIVE = 0,        /* elements of the function's type (float or double) */
+  KOKKOSMLA_CACHE_FP8_PER_BLOCK = 1, /* FlashMLA's token: R e4m3 latent values, R / 128 fp32 scales (one
+                                        per 128 channels), Dr bf16 RoPE values; R a multiple of 128 */
+  KOKKOSMLA_CACHE_FP8_PER_TENSOR = 2 /* R e4m3 latent values, Dr e4m3 RoPE values; one fp32 scale for the
+                                        latent (fp8_latent_scale), one for the RoPE keys (fp8_rope_scale) */
+} kokkosmla_cache_storage;
+
+/* The bytes of one token of an FP8 storage, in *bytes: R + 4 R / 128 + 2 Dr
+   (656 for R = 512, Dr = 64) for KOKKOSMLA_CACHE_FP8_PER_BLOCK, R + Dr for
+   KOKKOSMLA_CACHE_FP8_PER_TENSOR. Fails for KOKKOSMLA_CACHE_NATIVE, or
+   FP8_PER_BLOCK with R not a multiple of 128. Needs no initialisation. */
+int kokkosmla_fp8_token_bytes(int storage, int64_t latent_dim, int64_t rope_dim, int64_t* bytes);
+
 /* A latent KV cache (KokkosMLA::LatentCache; docs/serving.md), in
    default-memory-space memory of the element type of the function it is
-   given to. Rows are latent_dim wide, with the RoPE keys in k_rope (rows
+   given to (or, with an FP8 storage, of bytes). Rows are latent_dim wide, with the RoPE keys in k_rope (rows
    rope_dim wide; NULL when rope_dim = 0); or, when packed is nonzero,
    latent_dim + rope_dim wide, the RoPE keys after the latent (FlashMLA's
    layout; k_rope NULL).
@@ -177,7 +193,15 @@ int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan);
        (block_table[b][s / page_size], s % page_size); a sequence holds at most
        pages_per_sequence * page_size tokens.
    seqlens (B): tokens each sequence holds, the newest included. B is the
-   batch of the call. */
+   batch of the call.
+   FP8 (storage KOKKOSMLA_CACHE_FP8_PER_BLOCK or _FP8_PER_TENSOR): latent
+   points to the tokens' bytes, rows of kokkosmla_fp8_token_bytes(storage,
+   latent_dim, rope_dim) bytes addressed as above, each holding its RoPE keys
+   after the latent; k_rope is NULL and packed 0. Append quantises into it
+   and attention dequantises (the arrays of the calls stay float or double).
+   The fields after packed are zero in a zeroed struct, which is a native
+   cache: start from one ({0} or memset) so that code written before them
+   keeps its meaning. */
 typedef struct kokkosmla_cache {
   void* latent;
   void* k_rope;
@@ -189,12 +213,21 @@ typedef struct kokkosmla_cache {
   int64_t latent_dim;         /* R */
   int64_t rope_dim;           /* Dr, 0 without a RoPE part */
   int packed;
+  int storage;                 /* a kokkosmla_cache_storage; 0: native */
+  int fp8_power_of_two_scales; /* nonzero: append rounds FP8_PER_BLOCK scales up to powers of two;
+                                  FP8_PER_TENSOR scales must be powers of two */
+  float fp8_latent_scale;      /* FP8_PER_TENSOR: a latent value is its e4m3 x this (finite, > 0) */
+  float fp8_rope_scale;        /* FP8_PER_TENSOR: a RoPE key is its e4m3 x this (finite, > 0) */
 } kokkosmla_cache;
 
 /* A KokkosMLA::CachePlan: attention of B sequences' Tq newest queries each
    (H heads of width D) over caches of latent_dim R, rope_dim Dr and at most
    capacity tokens per sequence; split count and workspace chosen once. Query
-   i of sequence b sits at position seqlens[b] - Tq + i. Same rules as plans. */
+   i of sequence b sits at position seqlens[b] - Tq + i. Same rules as plans.
+   kokkosmla_cache_plan_create plans for native caches; the _storage form
+   for caches of the given kokkosmla_cache_storage (a plan serves caches of
+   one storage; FP8 caches are dequantised into the plan's workspace on each
+   execution, B x capacity x (R + Dr) elements). */
 typedef struct kokkosmla_cache_plan_f kokkosmla_cache_plan_f;
 typedef struct kokkosmla_cache_plan_d kokkosmla_cache_plan_d;
 
@@ -202,6 +235,12 @@ int kokkosmla_cache_plan_create_f(kokkosmla_cache_plan_f** plan, int64_t B, int6
                                   int64_t R, int64_t Dr, int64_t capacity, const kokkosmla_options* opt);
 int kokkosmla_cache_plan_create_d(kokkosmla_cache_plan_d** plan, int64_t B, int64_t Tq, int64_t H, int64_t D,
                                   int64_t R, int64_t Dr, int64_t capacity, const kokkosmla_options* opt);
+int kokkosmla_cache_plan_create_storage_f(kokkosmla_cache_plan_f** plan, int64_t B, int64_t Tq, int64_t H,
+                                          int64_t D, int64_t R, int64_t Dr, int64_t capacity, int storage,
+                                          const kokkosmla_options* opt);
+int kokkosmla_cache_plan_create_storage_d(kokkosmla_cache_plan_d** plan, int64_t B, int64_t Tq, int64_t H,
+                                          int64_t D, int64_t R, int64_t Dr, int64_t capacity, int storage,
+                                          const kokkosmla_options* opt);
 /* q (B, Tq, H, D); q_rope (B, Tq, H, Dr), NULL when Dr = 0; w_uk and w_uv
    (R, H, D); out (B, Tq, H, D); lse (B, Tq, H) natural-log log-sum-exp of
    each row, or NULL. A row that sees no key gets out 0 and lse +inf. */
@@ -231,7 +270,9 @@ int kokkosmla_cache_attention_d(const double* q, const double* q_rope, const kok
    sequence b at position seqlens[b] - Tn + i (seqlens already count them):
    new_latent (B, Tn, W) with W the cache's row width (latent_dim, or
    latent_dim + rope_dim when packed); new_k_rope (B, Tn, Dr) when the cache
-   has a separate k_rope, else NULL. */
+   has a separate k_rope, else NULL. An FP8 cache gets them quantised
+   (round to nearest even, saturating to +-448): new_latent (B, Tn, R) and
+   new_k_rope (B, Tn, Dr) when rope_dim > 0, else NULL. */
 int kokkosmla_append_to_cache_f(const kokkosmla_cache* cache, const float* new_latent,
                                 const float* new_k_rope, int64_t B, int64_t Tn, const kokkosmla_options* opt);
 int kokkosmla_append_to_cache_d(const kokkosmla_cache* cache, const double* new_latent,

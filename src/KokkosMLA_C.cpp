@@ -27,6 +27,10 @@ static_assert(int(Algorithm::Auto) == KOKKOSMLA_AUTO && int(Algorithm::Fused) ==
                   int(Algorithm::Decompressed) == KOKKOSMLA_DECOMPRESSED &&
                   int(Algorithm::Absorbed) == KOKKOSMLA_ABSORBED,
               "kokkosmla_algorithm must mirror KokkosMLA::Algorithm");
+static_assert(int(CacheStorage::Native) == KOKKOSMLA_CACHE_NATIVE &&
+                  int(CacheStorage::Fp8PerBlock) == KOKKOSMLA_CACHE_FP8_PER_BLOCK &&
+                  int(CacheStorage::Fp8PerTensor) == KOKKOSMLA_CACHE_FP8_PER_TENSOR,
+              "kokkosmla_cache_storage must mirror KokkosMLA::CacheStorage");
 
 /// A failure with its status; the message does not yet name the C function.
 struct Failure : std::runtime_error {
@@ -152,11 +156,19 @@ void require_extent(const char* name, std::int64_t value, std::int64_t low) {
             ", 2^30]");
 }
 
+/// A kokkosmla_cache_storage value as a CacheStorage; `name` is the C argument.
+CacheStorage storage_of(int storage, const std::string& name) {
+  if (storage < KOKKOSMLA_CACHE_NATIVE || storage > KOKKOSMLA_CACHE_FP8_PER_TENSOR)
+    invalid(name + " = " + std::to_string(storage) + " is not a kokkosmla_cache_storage");
+  return CacheStorage(storage);
+}
+
 /// The C description of a cache as the views of a LatentCache (unmanaged);
 /// what the views' extents imply is checked by the C++ interface.
 template <class T>
 LatentCache<T, MemSpace> cache_views(const kokkosmla_cache* c, std::int64_t batch) {
   require_pointer(c, "cache");
+  const CacheStorage storage = storage_of(c->storage, "cache->storage");
   require_pointer(c->latent, "cache->latent");
   require_pointer(c->seqlens, "cache->seqlens");
   require_extent("cache->page_size", c->page_size, 1);
@@ -167,19 +179,33 @@ LatentCache<T, MemSpace> cache_views(const kokkosmla_cache* c, std::int64_t batc
     require_extent("cache->pages", c->pages, 1);
     require_extent("cache->pages_per_sequence", c->pages_per_sequence, 1);
   }
+  if (storage != CacheStorage::Native && (c->packed || c->k_rope))
+    invalid("cache->packed = " + std::to_string(c->packed) + " and cache->k_rope " +
+            (c->k_rope ? "given" : "NULL") + " but cache->storage = " + to_string(storage) +
+            " needs 0 and NULL: an FP8 token holds its RoPE keys after the latent");
   if (c->packed && c->k_rope) invalid("cache->k_rope must be NULL in a packed cache (cache->packed != 0)");
-  if (!c->packed && c->rope_dim > 0 && !c->k_rope)
+  if (storage == CacheStorage::Native && !c->packed && c->rope_dim > 0 && !c->k_rope)
     invalid("cache->k_rope is NULL but cache->rope_dim = " + std::to_string(c->rope_dim));
   if (c->rope_dim == 0 && c->k_rope) invalid("cache->k_rope is given but cache->rope_dim = 0");
   using Cache = LatentCache<T, MemSpace>;
   const std::int64_t first = paged ? c->pages : batch;
   const std::int64_t width = c->latent_dim + (c->packed ? c->rope_dim : 0);
   Cache cache;
+  if (paged) cache.block_table = typename Cache::Table(c->block_table, batch, c->pages_per_sequence);
+  cache.seqlens = typename Cache::Lengths(c->seqlens, batch);
+  if (storage != CacheStorage::Native) {
+    cache.storage = storage;
+    cache.fp8.tokens =
+        typename Fp8Tokens<MemSpace>::Bytes(static_cast<std::uint8_t*>(c->latent), first, c->page_size,
+                                            fp8_token_bytes(storage, c->latent_dim, c->rope_dim));
+    cache.fp8.latent_scale = c->fp8_latent_scale;
+    cache.fp8.rope_scale = c->fp8_rope_scale;
+    cache.fp8.power_of_two_scales = c->fp8_power_of_two_scales != 0;
+    return cache;
+  }
   cache.latent = typename Cache::Tokens(static_cast<T*>(c->latent), first, c->page_size, width);
   if (c->k_rope)
     cache.k_rope = typename Cache::Tokens(static_cast<T*>(c->k_rope), first, c->page_size, c->rope_dim);
-  if (paged) cache.block_table = typename Cache::Table(c->block_table, batch, c->pages_per_sequence);
-  cache.seqlens = typename Cache::Lengths(c->seqlens, batch);
   return cache;
 }
 
@@ -208,7 +234,7 @@ CacheArguments<T, MemSpace> cache_arguments(const T* q, const T* q_rope, const k
 
 /// The shape of a cache plan, checked in the C argument names.
 CacheShape checked_cache_shape(std::int64_t B, std::int64_t Tq, std::int64_t H, std::int64_t D,
-                               std::int64_t R, std::int64_t Dr, std::int64_t capacity) {
+                               std::int64_t R, std::int64_t Dr, std::int64_t capacity, CacheStorage storage) {
   const std::pair<const char*, std::int64_t> named[] = {{"B", B}, {"Tq", Tq}, {"H", H},
                                                         {"D", D}, {"R", R},   {"capacity", capacity}};
   for (const auto& n : named) require_extent(n.first, n.second, 1);
@@ -216,7 +242,9 @@ CacheShape checked_cache_shape(std::int64_t B, std::int64_t Tq, std::int64_t H, 
   if (capacity < Tq)
     invalid("capacity = " + std::to_string(capacity) + " < Tq = " + std::to_string(Tq) +
             ": a sequence holds at least its queries");
-  return CacheShape{B, Tq, H, D, R, Dr, capacity};
+  CacheShape shape{B, Tq, H, D, R, Dr, capacity};
+  shape.storage = storage;
+  return shape;
 }
 
 /// The tokens a sequence of this cache can hold.
@@ -232,7 +260,8 @@ int run_cache_attention(const char* caller, const T* q, const T* q_rope, const k
   return guarded(caller, [&] {
     require_initialized();
     require_pointer(c, "cache");
-    const CacheShape shape = checked_cache_shape(B, Tq, H, D, c->latent_dim, c->rope_dim, capacity_of(c));
+    const CacheShape shape = checked_cache_shape(B, Tq, H, D, c->latent_dim, c->rope_dim, capacity_of(c),
+                                                 storage_of(c->storage, "cache->storage"));
     const Space exec;
     KokkosMLA::cache_attention(exec, cache_arguments(q, q_rope, c, w_uk, w_uv, out, lse, shape),
                                to_options(opt));
@@ -249,14 +278,16 @@ int run_append(const char* caller, const kokkosmla_cache* c, const T* new_latent
     require_extent("Tn", Tn, 1);
     require_pointer(new_latent, "new_latent");
     const LatentCache<T, MemSpace> cache = cache_views<T>(c, B);
+    const bool fp8 = cache.storage != CacheStorage::Native;
     using Rank3 = typename CacheArguments<T, MemSpace>::ConstRank3;
-    const Rank3 latent(new_latent, B, Tn, cache.latent.extent(2));
+    const Rank3 latent(new_latent, B, Tn, fp8 ? c->latent_dim : std::int64_t(cache.latent.extent(2)));
     Rank3 k_rope;
-    if (c->k_rope) {
+    if (fp8 ? c->rope_dim > 0 : c->k_rope != nullptr) {
       require_pointer(new_k_rope, "new_k_rope");
       k_rope = Rank3(new_k_rope, B, Tn, c->rope_dim);
     } else if (new_k_rope) {
-      invalid("new_k_rope is given but the cache has no separate k_rope");
+      invalid(fp8 ? "new_k_rope is given but cache->rope_dim = 0"
+                  : "new_k_rope is given but the cache has no separate k_rope");
     }
     const Space exec;
     append_to_cache(exec, cache, latent, k_rope, to_options(opt));
@@ -460,6 +491,14 @@ int kokkosmla_copy_to_host(void* host_dst, const void* device_src, size_t bytes)
                                                                        device_src, bytes);
 }
 
+int kokkosmla_fp8_token_bytes(int storage, int64_t latent_dim, int64_t rope_dim, int64_t* bytes) {
+  using namespace KokkosMLA;
+  return guarded("kokkosmla_fp8_token_bytes", [&] {
+    require_pointer(bytes, "bytes");
+    *bytes = fp8_token_bytes(storage_of(storage, "storage"), latent_dim, rope_dim);
+  });
+}
+
 int kokkosmla_attention_f(const float* q, const float* latent, const float* w_uk, const float* w_uv,
                           float* out, int64_t B, int64_t T, int64_t S, int64_t H, int64_t D, int64_t R,
                           const kokkosmla_options* opt) {
@@ -512,37 +551,52 @@ int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan) {
   return KokkosMLA::destroy_plan("kokkosmla_plan_destroy_d", plan);
 }
 
-#define KOKKOSMLA_C_CACHE_FUNCTIONS(T, S)                                                                   \
-  int kokkosmla_cache_plan_create_##S(kokkosmla_cache_plan_##S** plan, int64_t B, int64_t Tq, int64_t H,    \
-                                      int64_t D, int64_t R, int64_t Dr, int64_t capacity,                   \
-                                      const kokkosmla_options* opt) {                                       \
-    return KokkosMLA::make_plan(                                                                            \
-        "kokkosmla_cache_plan_create_" #S, plan,                                                            \
-        [&] { return KokkosMLA::checked_cache_shape(B, Tq, H, D, R, Dr, capacity); }, opt);                 \
-  }                                                                                                         \
-  int kokkosmla_cache_plan_execute_##S(const kokkosmla_cache_plan_##S* plan, const T* q, const T* q_rope,   \
-                                       const kokkosmla_cache* cache, const T* w_uk, const T* w_uv, T* out,  \
-                                       T* lse) {                                                            \
-    return KokkosMLA::execute_cache_plan("kokkosmla_cache_plan_execute_" #S, plan, q, q_rope, cache, w_uk,  \
-                                         w_uv, out, lse);                                                   \
-  }                                                                                                         \
-  int kokkosmla_cache_plan_splits_##S(const kokkosmla_cache_plan_##S* plan, int* splits) {                  \
-    return KokkosMLA::plan_property("kokkosmla_cache_plan_splits_" #S, plan, splits, "splits",              \
-                                    [](const auto& p) { return p.splits(); });                              \
-  }                                                                                                         \
-  int kokkosmla_cache_plan_destroy_##S(kokkosmla_cache_plan_##S* plan) {                                    \
-    return KokkosMLA::destroy_plan("kokkosmla_cache_plan_destroy_" #S, plan);                               \
-  }                                                                                                         \
-  int kokkosmla_cache_attention_##S(const T* q, const T* q_rope, const kokkosmla_cache* cache,              \
-                                    const T* w_uk, const T* w_uv, T* out, T* lse, int64_t B, int64_t Tq,    \
-                                    int64_t H, int64_t D, const kokkosmla_options* opt) {                   \
-    return KokkosMLA::run_cache_attention("kokkosmla_cache_attention_" #S, q, q_rope, cache, w_uk, w_uv,    \
-                                          out, lse, B, Tq, H, D, opt);                                      \
-  }                                                                                                         \
-  int kokkosmla_append_to_cache_##S(const kokkosmla_cache* cache, const T* new_latent, const T* new_k_rope, \
-                                    int64_t B, int64_t Tn, const kokkosmla_options* opt) {                  \
-    return KokkosMLA::run_append("kokkosmla_append_to_cache_" #S, cache, new_latent, new_k_rope, B, Tn,     \
-                                 opt);                                                                      \
+#define KOKKOSMLA_C_CACHE_FUNCTIONS(T, S)                                                                    \
+  int kokkosmla_cache_plan_create_##S(kokkosmla_cache_plan_##S** plan, int64_t B, int64_t Tq, int64_t H,     \
+                                      int64_t D, int64_t R, int64_t Dr, int64_t capacity,                    \
+                                      const kokkosmla_options* opt) {                                        \
+    return KokkosMLA::make_plan(                                                                             \
+        "kokkosmla_cache_plan_create_" #S, plan,                                                             \
+        [&] {                                                                                                \
+          return KokkosMLA::checked_cache_shape(B, Tq, H, D, R, Dr, capacity,                                \
+                                                KokkosMLA::CacheStorage::Native);                            \
+        },                                                                                                   \
+        opt);                                                                                                \
+  }                                                                                                          \
+  int kokkosmla_cache_plan_create_storage_##S(kokkosmla_cache_plan_##S** plan, int64_t B, int64_t Tq,        \
+                                              int64_t H, int64_t D, int64_t R, int64_t Dr, int64_t capacity, \
+                                              int storage, const kokkosmla_options* opt) {                   \
+    return KokkosMLA::make_plan(                                                                             \
+        "kokkosmla_cache_plan_create_storage_" #S, plan,                                                     \
+        [&] {                                                                                                \
+          return KokkosMLA::checked_cache_shape(B, Tq, H, D, R, Dr, capacity,                                \
+                                                KokkosMLA::storage_of(storage, "storage"));                  \
+        },                                                                                                   \
+        opt);                                                                                                \
+  }                                                                                                          \
+  int kokkosmla_cache_plan_execute_##S(const kokkosmla_cache_plan_##S* plan, const T* q, const T* q_rope,    \
+                                       const kokkosmla_cache* cache, const T* w_uk, const T* w_uv, T* out,   \
+                                       T* lse) {                                                             \
+    return KokkosMLA::execute_cache_plan("kokkosmla_cache_plan_execute_" #S, plan, q, q_rope, cache, w_uk,   \
+                                         w_uv, out, lse);                                                    \
+  }                                                                                                          \
+  int kokkosmla_cache_plan_splits_##S(const kokkosmla_cache_plan_##S* plan, int* splits) {                   \
+    return KokkosMLA::plan_property("kokkosmla_cache_plan_splits_" #S, plan, splits, "splits",               \
+                                    [](const auto& p) { return p.splits(); });                               \
+  }                                                                                                          \
+  int kokkosmla_cache_plan_destroy_##S(kokkosmla_cache_plan_##S* plan) {                                     \
+    return KokkosMLA::destroy_plan("kokkosmla_cache_plan_destroy_" #S, plan);                                \
+  }                                                                                                          \
+  int kokkosmla_cache_attention_##S(const T* q, const T* q_rope, const kokkosmla_cache* cache,               \
+                                    const T* w_uk, const T* w_uv, T* out, T* lse, int64_t B, int64_t Tq,     \
+                                    int64_t H, int64_t D, const kokkosmla_options* opt) {                    \
+    return KokkosMLA::run_cache_attention("kokkosmla_cache_attention_" #S, q, q_rope, cache, w_uk, w_uv,     \
+                                          out, lse, B, Tq, H, D, opt);                                       \
+  }                                                                                                          \
+  int kokkosmla_append_to_cache_##S(const kokkosmla_cache* cache, const T* new_latent, const T* new_k_rope,  \
+                                    int64_t B, int64_t Tn, const kokkosmla_options* opt) {                   \
+    return KokkosMLA::run_append("kokkosmla_append_to_cache_" #S, cache, new_latent, new_k_rope, B, Tn,      \
+                                 opt);                                                                       \
   }
 
 KOKKOSMLA_C_CACHE_FUNCTIONS(float, f)

@@ -20,8 +20,8 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class Scalar, class MemorySpace>
-CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace>& a,
+template <class Scalar, class MemorySpace, class Layout>
+CacheShape validate_cache_arguments(const char* caller, const CacheArguments<Scalar, MemorySpace, Layout>& a,
                                     bool check_indices) {
   CacheShape s = validate_cache_extents(caller, describe_cache(a));
   const typename MemorySpace::execution_space exec;
@@ -92,7 +92,8 @@ std::string CachePlan<Scalar, ExecSpace>::describe() const {
 }
 
 template <class Scalar, class ExecSpace>
-void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const arguments& a) const {
+template <class Arguments>
+void CachePlan<Scalar, ExecSpace>::check(const ExecSpace& exec, const Arguments& a) const {
   using namespace Impl;
   const char* caller = "KokkosMLA::CachePlan::execute";
   require_cache_shape_fits(caller, shape_, validate_cache_extents(caller, describe_cache(a)));
@@ -102,6 +103,49 @@ void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const argument
     if (packed_) check_query_offsets(caller, exec, a, shape_.queries);
     if (shape_.topk > 0) check_sparse_indices(caller, exec, a);
   }
+}
+
+template <class Scalar, class ExecSpace>
+void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const arguments& a) const {
+  check(exec, a);
+  run(exec, a);
+}
+
+template <class Scalar, class ExecSpace>
+void CachePlan<Scalar, ExecSpace>::execute_strided(
+    const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& a) const {
+  using Impl::row_major;
+  check(exec, a);
+  // Row-major views of the arguments: themselves where they are, else copies
+  // (named: they must live until the launches that read them are done).
+  const auto q = row_major(exec, a.q, true);
+  const auto q_rope = row_major(exec, a.q_rope, true);
+  const auto w_uk = row_major(exec, a.w_uk, true);
+  const auto w_uv = row_major(exec, a.w_uv, true);
+  const auto out = row_major(exec, a.out, false);
+  const auto lse = row_major(exec, a.lse, false);
+  arguments r;
+  r.q = q;
+  r.q_rope = q_rope;
+  r.cache = a.cache;
+  r.w_uk = w_uk;
+  r.w_uv = w_uv;
+  r.out = out;
+  r.lse = lse;
+  r.query_offsets = a.query_offsets;
+  r.indices = a.indices;
+  r.sinks = a.sinks;
+  run(exec, r);
+  if (out.data() != a.out.data()) Kokkos::deep_copy(exec, a.out, out);
+  if (lse.data() != a.lse.data()) Kokkos::deep_copy(exec, a.lse, lse);
+  if (q.data() != a.q.data() || q_rope.data() != a.q_rope.data() || w_uk.data() != a.w_uk.data() ||
+      w_uv.data() != a.w_uv.data() || out.data() != a.out.data() || lse.data() != a.lse.data())
+    exec.fence();  // the copies are freed here
+}
+
+template <class Scalar, class ExecSpace>
+void CachePlan<Scalar, ExecSpace>::run(const ExecSpace& exec, const arguments& a) const {
+  using namespace Impl;
   // Sinks need every row's lse: the caller's, or the plan's own.
   arguments r = a;
   if (a.sinks.size() > 0 && a.lse.size() == 0)
@@ -124,19 +168,12 @@ void CachePlan<Scalar, ExecSpace>::impl_attend_absorbed(const ExecSpace& exec, c
   path_->attend_absorbed(exec, a, qa);
 }
 
-template <class Scalar, class ExecSpace>
-void append_to_cache(
-    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
-    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_latent,
-    const typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3& new_k_rope,
-    const Options& opt) {
-  using namespace Impl;
-  const char* caller = "KokkosMLA::append_to_cache";
-  const std::int64_t tokens = validate_append_extents(
-      caller, describe("cache.latent", cache.latent), describe("cache.k_rope", cache.k_rope),
-      describe("cache.block_table", cache.block_table), describe("cache.seqlens", cache.seqlens),
-      describe("new_latent", new_latent), describe("new_k_rope", new_k_rope), describe_storage(cache));
-  if (opt.check_cache_indices) check_cache_indices(caller, exec, cache, tokens);
+namespace Impl {
+
+template <class Scalar, class ExecSpace, class Rows>
+void append_row_major(const ExecSpace& exec,
+                      const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+                      const Rows& new_latent, const Rows& new_k_rope, std::int64_t tokens) {
   const std::int64_t rank = std::int64_t(new_latent.extent(2));
   const std::int64_t rope_dim = new_k_rope.size() > 0 ? std::int64_t(new_k_rope.extent(2)) : 0;
   const std::int64_t sequences = std::int64_t(new_latent.extent(0));
@@ -167,14 +204,39 @@ void append_to_cache(
                        k);
 }
 
-#define KOKKOSMLA_INSTANTIATE_CACHE_ONE(SCALAR, SPACE)                                          \
-  template class CachePlan<SCALAR, SPACE>;                                                      \
-  template CacheShape Impl::validate_cache_arguments(                                           \
-      const char*, const CacheArguments<SCALAR, SPACE::memory_space>&, bool);                   \
-  template void append_to_cache(const SPACE&, const LatentCache<SCALAR, SPACE::memory_space>&,  \
-                                const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
-                                const CacheArguments<SCALAR, SPACE::memory_space>::ConstRank3&, \
-                                const Options&);
+template <class Scalar, class ExecSpace>
+void append_strided(
+    const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>& given_latent,
+    const Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>& given_rope,
+    const Options& opt) {
+  const char* caller = "KokkosMLA::append_to_cache";
+  const std::int64_t tokens = validate_append_extents(
+      caller, describe("cache.latent", cache.latent), describe("cache.k_rope", cache.k_rope),
+      describe("cache.block_table", cache.block_table), describe("cache.seqlens", cache.seqlens),
+      describe_any_layout("new_latent", given_latent), describe_any_layout("new_k_rope", given_rope),
+      describe_storage(cache));
+  if (opt.check_cache_indices) check_cache_indices(caller, exec, cache, tokens);
+  // Row-major views of the new tokens: themselves where they are, else copies.
+  const auto new_latent = row_major(exec, given_latent, true);
+  const auto new_k_rope = row_major(exec, given_rope, true);
+  append_row_major(exec, cache, new_latent, new_k_rope, tokens);
+  if (new_latent.data() != given_latent.data() || new_k_rope.data() != given_rope.data())
+    exec.fence();  // the copies are freed here
+}
+
+}  // namespace Impl
+
+#define KOKKOSMLA_INSTANTIATE_CACHE_ONE(SCALAR, SPACE)                                              \
+  template class CachePlan<SCALAR, SPACE>;                                                          \
+  template CacheShape Impl::validate_cache_arguments(                                               \
+      const char*, const CacheArguments<SCALAR, SPACE::memory_space>&, bool);                       \
+  template CacheShape Impl::validate_cache_arguments(                                               \
+      const char*, const CacheArguments<SCALAR, SPACE::memory_space, Kokkos::LayoutStride>&, bool); \
+  template void Impl::append_strided(                                                               \
+      const SPACE&, const LatentCache<SCALAR, SPACE::memory_space>&,                                \
+      const Kokkos::View<const SCALAR***, Kokkos::LayoutStride, SPACE::memory_space>&,              \
+      const Kokkos::View<const SCALAR***, Kokkos::LayoutStride, SPACE::memory_space>&, const Options&);
 #if KOKKOSMLA_HAS_HALF
 #define KOKKOSMLA_INSTANTIATE_CACHE_HALF(SPACE) \
   KOKKOSMLA_INSTANTIATE_CACHE_ONE(Kokkos::Experimental::half_t, SPACE)

@@ -154,6 +154,63 @@ View4<T> to_device4(const std::vector<double>& v, std::int64_t a, std::int64_t b
   return d;
 }
 
+/// How a test hands a view to the library.
+enum class Layout { Right, Left, Strided };
+constexpr Layout kLayouts[] = {Layout::Right, Layout::Left, Layout::Strided};
+inline std::string to_string(Layout l) {
+  return l == Layout::Right ? "LayoutRight" : l == Layout::Left ? "LayoutLeft" : "strided slice";
+}
+
+/// A LayoutStride view with v's extents and values: v itself (Right), a
+/// LayoutLeft copy (Left), or the leading part of a LayoutRight array wider
+/// by odd paddings in every dimension (Strided: unit stride in the last
+/// dimension only, gaps between rows).
+template <class V>
+Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_space> in_layout(const V& v,
+                                                                                              Layout layout) {
+  using Data = typename V::non_const_data_type;
+  using Memory = typename V::memory_space;
+  using Strided = Kokkos::View<typename V::data_type, Kokkos::LayoutStride, Memory>;
+  static_assert(int(V::rank) == 3 || int(V::rank) == 4, "rank 3 or 4");
+  const std::size_t e0 = v.extent(0), e1 = v.extent(1), e2 = v.extent(2), e3 = v.extent(3);
+  auto leading = [](std::size_t n) { return std::make_pair(std::size_t(0), n); };
+  if (layout == Layout::Right) return Strided(v);
+  if (layout == Layout::Left) {
+    Kokkos::View<Data, Kokkos::LayoutLeft, Memory> left;
+    if constexpr (int(V::rank) == 3)
+      left = decltype(left)("left", e0, e1, e2);
+    else
+      left = decltype(left)("left", e0, e1, e2, e3);
+    Kokkos::deep_copy(left, v);
+    return Strided(left);
+  }
+  Kokkos::View<Data, Kokkos::LayoutRight, Memory> wide;
+  Kokkos::View<Data, Kokkos::LayoutStride, Memory> part;
+  if constexpr (int(V::rank) == 3) {
+    wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3);
+    part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2));
+  } else {
+    wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3, e3 + 5);
+    part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2), leading(e3));
+  }
+  Kokkos::deep_copy(wide, typename V::non_const_value_type(-7));  // the gaps
+  Kokkos::deep_copy(part, v);
+  return Strided(part);
+}
+
+/// The values of a view of any layout, in row-major order.
+template <class V>
+std::vector<double> row_values(const V& v) {
+  Kokkos::View<typename V::non_const_data_type, Kokkos::LayoutRight, typename V::memory_space> rows;
+  if constexpr (int(V::rank) == 3)
+    rows = decltype(rows)("rows", v.extent(0), v.extent(1), v.extent(2));
+  else
+    rows = decltype(rows)("rows", v.extent(0), v.extent(1), v.extent(2), v.extent(3));
+  Kokkos::deep_copy(rows, v);
+  const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), rows);
+  return std::vector<double>(h.data(), h.data() + h.span());
+}
+
 template <class T>
 constexpr double tolerance() {
   return sizeof(T) == 4 ? 2e-5 : 1e-13;

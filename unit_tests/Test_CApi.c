@@ -520,6 +520,198 @@ static void test_cache_double(cache_shape c) {
   free(out), free(lse), free(want), free(want_lse), free(table), free(seqlens);
 }
 
+/* The value of an e4m3 code (OCP E4M3: bias 7, NaN 0x7f / 0xff, subnormals k 2^-9). */
+static double from_e4m3(unsigned char code) {
+  const int e = (code >> 3) & 15, m = code & 7;
+  const double v = e == 15 && m == 7 ? NAN : e == 0 ? ldexp(m, -9) : ldexp(8 + m, e - 10);
+  return code & 0x80 ? -v : v;
+}
+
+/* A float read from unaligned little- or big-endian bytes of this machine. */
+static double float_at(const unsigned char* p) {
+  float x;
+  memcpy(&x, p, sizeof x);
+  return x;
+}
+
+static double from_bf16_at(const unsigned char* p) {
+  uint16_t bits;
+  uint32_t wide;
+  float x;
+  memcpy(&bits, p, sizeof bits);
+  wide = (uint32_t)bits << 16;
+  memcpy(&x, &wide, sizeof x);
+  return x;
+}
+
+/* An FP8 cache through the C interface, in double: append quantises the new
+   tokens of every sequence but an idle last one into a paged cache whose
+   other rows hold NaN bytes; the bytes read back decode (as docs/serving.md
+   states the layout) to the new values within e4m3 rounding (bf16 for the
+   per-block RoPE keys), a per-tensor value beyond 448 x scale saturating;
+   cache attention through a storage plan equals the reference over the
+   decoded values, for both FP8 storages. */
+static void test_cache_fp8(int storage) {
+  /* B, Tq, H, D, R, Dr, page_size, pages, pages_per_sequence, packed, paged */
+  const cache_shape c = {3, 2, 2, 4, 128, 3, 3, 9, 3, 0, 1};
+  const int64_t Tn = 7, rows = c.pages * c.page_size, capacity = c.pages_per_sequence * c.page_size;
+  const size_t nq = (size_t)(c.B * c.Tq * c.H * c.D), nqr = (size_t)(c.B * c.Tq * c.H * c.Dr);
+  const size_t nw = (size_t)(c.R * c.H * c.D), nrows = (size_t)(c.B * c.Tq * c.H);
+  const size_t nnew = (size_t)((c.B - 1) * Tn * c.R), nnewr = (size_t)((c.B - 1) * Tn * c.Dr);
+  const int per_block = storage == KOKKOSMLA_CACHE_FP8_PER_BLOCK;
+  int64_t token_bytes = 0, b, i, x;
+  double *q = malloc(nq * sizeof(double)), *q_rope = malloc(nqr * sizeof(double));
+  double *w_uk = malloc(nw * sizeof(double)), *w_uv = malloc(nw * sizeof(double));
+  double *fresh = malloc(nnew * sizeof(double)), *fresh_rope = malloc(nnewr * sizeof(double));
+  double *latent = calloc((size_t)(rows * c.R), sizeof(double)),
+         *k_rope = calloc((size_t)(rows * c.Dr), sizeof(double));
+  double *out = malloc(nq * sizeof(double)), *lse = malloc(nrows * sizeof(double));
+  double *want = malloc(nq * sizeof(double)), *want_lse = malloc(nrows * sizeof(double));
+  int table[9], seqlens[3] = {7, 7, 0}, exponent = 0;
+  unsigned char* bytes;
+  double worst_quantised = 0;
+  kokkosmla_cache cache;
+  kokkosmla_cache_plan_d* plan = NULL;
+  double *dq, *dq_rope, *dw_uk, *dw_uv, *dout, *dlse, *dfresh, *dfresh_rope;
+
+  CHECK(kokkosmla_fp8_token_bytes(storage, c.R, c.Dr, &token_bytes) == KOKKOSMLA_SUCCESS);
+  CHECK(token_bytes == (per_block ? c.R + 4 + 2 * c.Dr : c.R + c.Dr));
+  bytes = malloc((size_t)(rows * token_bytes));
+  memset(bytes, 0xff, (size_t)(rows * token_bytes)); /* NaN in every row no sequence holds */
+  fill(q, nq, 41, 1.0);
+  fill(q_rope, nqr, 42, 1.0);
+  fill(w_uk, nw, 43, 0.1);
+  fill(w_uv, nw, 44, 0.1);
+  fill(fresh, nnew, 45, 1.0);
+  fill(fresh_rope, nnewr, 46, 1.0);
+  fresh[5] = 1000.0; /* per tensor: beyond 448 x scale, saturates */
+  for (x = 0; x < c.B * c.pages_per_sequence; ++x) table[x] = (int)(c.pages - 1 - x % c.pages);
+
+  memset(&cache, 0, sizeof cache);
+  cache.latent = kokkosmla_malloc((size_t)(rows * token_bytes));
+  CHECK(kokkosmla_copy_to_device(cache.latent, bytes, (size_t)(rows * token_bytes)) == KOKKOSMLA_SUCCESS);
+  cache.block_table = kokkosmla_malloc(sizeof table);
+  cache.seqlens = kokkosmla_malloc(sizeof seqlens);
+  CHECK(kokkosmla_copy_to_device((void*)cache.block_table, table, sizeof table) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_device((void*)cache.seqlens, seqlens, sizeof seqlens) == KOKKOSMLA_SUCCESS);
+  cache.pages = c.pages;
+  cache.page_size = c.page_size;
+  cache.pages_per_sequence = c.pages_per_sequence;
+  cache.latent_dim = c.R;
+  cache.rope_dim = c.Dr;
+  cache.storage = storage;
+  cache.fp8_power_of_two_scales = 1;
+  cache.fp8_latent_scale = 1.0f / 64; /* powers of two, as the option requires */
+  cache.fp8_rope_scale = 1.0f / 32;
+
+  /* Rejected before anything is written. */
+  {
+    kokkosmla_cache bad = cache;
+    dfresh = to_device(fresh, nnew);
+    dfresh_rope = to_device(fresh_rope, nnewr);
+    bad.packed = 1;
+    EXPECT_ERROR(kokkosmla_append_to_cache_d(&bad, dfresh, dfresh_rope, c.B - 1, Tn, NULL),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "an FP8 token holds its RoPE keys");
+    bad = cache;
+    bad.storage = 3;
+    EXPECT_ERROR(kokkosmla_append_to_cache_d(&bad, dfresh, dfresh_rope, c.B - 1, Tn, NULL),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "cache->storage = 3 is not a kokkosmla_cache_storage");
+    EXPECT_ERROR(kokkosmla_append_to_cache_d(&cache, dfresh, NULL, c.B - 1, Tn, NULL),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "new_k_rope is NULL");
+    if (!per_block) {
+      bad = cache;
+      bad.fp8_latent_scale = 0;
+      EXPECT_ERROR(kokkosmla_append_to_cache_d(&bad, dfresh, dfresh_rope, c.B - 1, Tn, NULL),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "cache.fp8.latent_scale");
+      bad.fp8_latent_scale = 0.1f;
+      EXPECT_ERROR(kokkosmla_append_to_cache_d(&bad, dfresh, dfresh_rope, c.B - 1, Tn, NULL),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "not a power of two");
+    }
+    CHECK(kokkosmla_copy_to_host(bytes, cache.latent, (size_t)(rows * token_bytes)) == KOKKOSMLA_SUCCESS);
+    for (x = 0; x < rows * token_bytes; ++x) CHECK(bytes[x] == 0xff);
+  }
+
+  /* Sequences 0 and 1 get Tn tokens each; the idle last one none. */
+  CHECK(kokkosmla_append_to_cache_d(&cache, dfresh, dfresh_rope, c.B - 1, Tn, NULL) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_host(bytes, cache.latent, (size_t)(rows * token_bytes)) == KOKKOSMLA_SUCCESS);
+  for (b = 0; b < c.B - 1; ++b)
+    for (i = 0; i < Tn; ++i) {
+      const int64_t row = row_of(c, table, b, i);
+      const unsigned char* t = bytes + row * token_bytes;
+      const double* xl = fresh + (b * Tn + i) * c.R;
+      const double* xr = fresh_rope + (b * Tn + i) * c.Dr;
+      const double scale = per_block ? float_at(t + c.R) : cache.fp8_latent_scale;
+      int64_t r;
+      if (per_block) CHECK(frexp(scale, &exponent) == 0.5); /* a power of two */
+      for (r = 0; r < c.R; ++r) {
+        const double got = from_e4m3(t[r]) * scale, v = fabs(xl[r]) > 448 * scale ? 448 * scale : fabs(xl[r]);
+        const double error = fabs(fabs(got) - v);
+        latent[row * c.R + r] = got;
+        CHECK(error <= ldexp(v, -4) + ldexp(scale, -10));
+        if (error > worst_quantised) worst_quantised = error;
+      }
+      for (r = 0; r < c.Dr; ++r) {
+        const double got = per_block ? from_bf16_at(t + c.R + 4 + 2 * r)
+                                     : from_e4m3(t[c.R + r]) * (double)cache.fp8_rope_scale;
+        k_rope[row * c.Dr + r] = got;
+        CHECK(fabs(got - xr[r]) <= (per_block ? ldexp(fabs(xr[r]), -8) : ldexp(fabs(xr[r]), -4) + 1e-4));
+      }
+    }
+  if (!per_block) CHECK(latent[row_of(c, table, 0, 0) * c.R + 5] == 448.0 / 64);
+
+  /* Attention over the FP8 cache: sequence 1 holds fewer tokens than it was given. */
+  seqlens[1] = 5;
+  CHECK(kokkosmla_copy_to_device((void*)cache.seqlens, seqlens, sizeof seqlens) == KOKKOSMLA_SUCCESS);
+  dq = to_device(q, nq);
+  dq_rope = to_device(q_rope, nqr);
+  dw_uk = to_device(w_uk, nw);
+  dw_uv = to_device(w_uv, nw);
+  dout = to_device(q, nq);
+  dlse = to_device(q, nrows);
+  EXPECT_ERROR(
+      kokkosmla_cache_plan_create_storage_d(&plan, c.B, c.Tq, c.H, c.D, c.R, c.Dr, capacity, 5, NULL),
+      KOKKOSMLA_ERROR_INVALID_ARGUMENT, "storage = 5 is not a kokkosmla_cache_storage");
+  CHECK(kokkosmla_cache_plan_create_d(&plan, c.B, c.Tq, c.H, c.D, c.R, c.Dr, capacity, NULL) ==
+        KOKKOSMLA_SUCCESS);
+  EXPECT_ERROR(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &cache, dw_uk, dw_uv, dout, dlse),
+               KOKKOSMLA_ERROR_INVALID_ARGUMENT, "given to a plan made for");
+  CHECK(kokkosmla_cache_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_cache_plan_create_storage_d(&plan, c.B, c.Tq, c.H, c.D, c.R, c.Dr, capacity, storage,
+                                              NULL) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_cache_plan_execute_d(plan, dq, dq_rope, &cache, dw_uk, dw_uv, dout, dlse) ==
+        KOKKOSMLA_SUCCESS);
+  cache_reference(c, q, q_rope, latent, k_rope, table, seqlens, w_uk, w_uv, want, want_lse);
+  CHECK(kokkosmla_copy_to_host(out, dout, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_host(lse, dlse, nrows * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  printf("FP8 cache (storage %d): quantisation error %.3g, attention max error %.3g\n", storage,
+         worst_quantised, max_difference(out, want, nq));
+  CHECK(max_difference(out, want, nq) < 1e-12);
+  for (x = 0; x < (int64_t)nrows; ++x)
+    CHECK(isinf(want_lse[x]) ? isinf(lse[x]) && lse[x] > 0 : fabs(lse[x] - want_lse[x]) < 1e-12);
+  /* The one-call form reads the storage from the cache. */
+  fill(out, nq, 47, 100.0);
+  CHECK(kokkosmla_copy_to_device(dout, out, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_cache_attention_d(dq, dq_rope, &cache, dw_uk, dw_uv, dout, NULL, c.B, c.Tq, c.H, c.D,
+                                    NULL) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_copy_to_host(out, dout, nq * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  CHECK(max_difference(out, want, nq) < 1e-12);
+
+  CHECK(kokkosmla_cache_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(cache.latent) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free((void*)cache.block_table) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free((void*)cache.seqlens) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dq) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dq_rope) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dw_uk) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dw_uv) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dout) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dlse) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dfresh) == KOKKOSMLA_SUCCESS);
+  CHECK(kokkosmla_free(dfresh_rope) == KOKKOSMLA_SUCCESS);
+  free(q), free(q_rope), free(w_uk), free(w_uv), free(fresh), free(fresh_rope), free(latent), free(k_rope);
+  free(out), free(lse), free(want), free(want_lse), free(bytes);
+}
+
 static void test_cache(void) {
   /* B, Tq, H, D, R, Dr, page_size, pages, pages_per_sequence, packed, paged */
   const cache_shape paged = {3, 2, 3, 4, 5, 2, 3, 9, 3, 0, 1};
@@ -528,6 +720,17 @@ static void test_cache(void) {
   test_cache_double(paged);
   test_cache_double(packed);
   test_cache_double(contiguous);
+  {
+    int64_t bytes = 0;
+    CHECK(kokkosmla_fp8_token_bytes(KOKKOSMLA_CACHE_FP8_PER_BLOCK, 512, 64, &bytes) == KOKKOSMLA_SUCCESS);
+    CHECK(bytes == 656);
+    EXPECT_ERROR(kokkosmla_fp8_token_bytes(KOKKOSMLA_CACHE_NATIVE, 512, 64, &bytes),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "not an FP8 storage");
+    EXPECT_ERROR(kokkosmla_fp8_token_bytes(KOKKOSMLA_CACHE_FP8_PER_BLOCK, 100, 64, &bytes),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "multiple of 128");
+  }
+  test_cache_fp8(KOKKOSMLA_CACHE_FP8_PER_BLOCK);
+  test_cache_fp8(KOKKOSMLA_CACHE_FP8_PER_TENSOR);
 }
 
 int main(void) {

@@ -235,6 +235,24 @@ CacheArguments<T> arguments(const Logical& l, const DeviceCache<T>& dc) {
   return a;
 }
 
+/// args with its query-side views in `layout` (in_layout), out and lse NaN.
+template <class T>
+CacheArguments<T, Space::memory_space, Kokkos::LayoutStride> in_layout(const CacheArguments<T>& a,
+                                                                       Layout layout) {
+  CacheArguments<T, Space::memory_space, Kokkos::LayoutStride> s = Impl::strided(a);
+  s.q = in_layout(a.q, layout);
+  if (a.q_rope.size() > 0) s.q_rope = in_layout(a.q_rope, layout);
+  s.w_uk = in_layout(a.w_uk, layout);
+  s.w_uv = in_layout(a.w_uv, layout);
+  s.out = in_layout(a.out, layout);
+  Kokkos::deep_copy(s.out, T(std::nan("")));
+  if (a.lse.size() > 0) {
+    s.lse = in_layout(a.lse, layout);
+    Kokkos::deep_copy(s.lse, std::nan(""));
+  }
+  return s;
+}
+
 Shape shape_of(const CacheCase& c) {
   Shape s;
   s.batch = c.batch;
@@ -760,6 +778,11 @@ TYPED_TEST(Cache, RandomProblemsMatchReference) {
     const CacheArguments<T> a = arguments(l, dc);
     cache_attention(Space(), a, opt);
     expect_matches_reference(l, a, opt);
+    const Layout layout = kLayouts[pick(0, 2)];  // the same bits from query-side views of any layout
+    const auto strided = in_layout(a, layout);
+    cache_attention(Space(), strided, opt);
+    EXPECT_EQ(row_values(strided.out), Problem<T>::host_copy(a.out)) << to_string(layout);
+    EXPECT_EQ(row_values(strided.lse), Problem<T>::host_copy(a.lse)) << to_string(layout);
   }
 }
 
@@ -964,6 +987,197 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
   Options negative;
   negative.kv_splits = -1;
   EXPECT_THROW(CachePlan<T>(Space(), cache_shape(good), negative), std::invalid_argument);
+}
+
+// Query-side views of every layout (LayoutLeft copies, slices of wider
+// arrays with odd padding in every dimension, unit stride in the last) give
+// the contiguous row-major result bit for bit, through CachePlan::execute,
+// cache_attention and cache_shape, with LayoutStride and LayoutLeft
+// CacheArguments; paged, packed and contiguous caches, RoPE, packed queries,
+// sparse indices and sinks. The gaps of the slices are never written.
+TYPED_TEST(Cache, EveryLayoutEqualsRowMajor) {
+  using T = TypeParam;
+  const std::vector<CacheCase> layout_cases = {
+      {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},  // paged, RoPE, Tq = 2
+      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},      // packed, contiguous, an idle slot
+      {2, 3, 4, 6, 5, 0, 12, 3, false, {12, 7}},      // no RoPE
+  };
+  std::uint64_t seed = 900;
+  for (const CacheCase& c : layout_cases)
+    for (int variant = 0; variant < 3; ++variant) {  // dense; with sinks and split in 3; sparse
+      SCOPED_TRACE(describe(c) + " variant " + std::to_string(variant));
+      const Logical l(c, ++seed);
+      const DeviceCache<T> dc(l, seed);
+      CacheArguments<T> a = arguments(l, dc);
+      Options opt;
+      if (variant == 1) {
+        opt.kv_splits = 3;
+        a.sinks = device_sinks<T>(std::vector<double>(c.heads, 0.5));
+      }
+      Kokkos::View<int***, Kokkos::LayoutRight, Space> indices;
+      if (variant == 2) {
+        indices = decltype(indices)("indices", c.batch, c.queries, 4);
+        auto h = Kokkos::create_mirror_view(indices);
+        for (std::int64_t b = 0; b < c.batch; ++b)
+          for (std::int64_t t = 0; t < c.queries; ++t)
+            for (int k = 0; k < 4; ++k) h(b, t, k) = c.lengths[b] > 0 ? int((t + 3 * k) % c.lengths[b]) : -1;
+        Kokkos::deep_copy(indices, h);
+        a.indices = indices;
+      }
+      const CacheShape shape = cache_shape(a, opt);
+      const CachePlan<T> plan(Space(), shape, opt);
+      plan.execute(Space(), a);
+      const std::vector<double> want = Problem<T>::host_copy(a.out), want_lse = Problem<T>::host_copy(a.lse);
+      for (double x : want) ASSERT_FALSE(std::isnan(x));
+      for (Layout layout : kLayouts) {
+        SCOPED_TRACE(to_string(layout));
+        const auto s = in_layout(a, layout);
+        EXPECT_EQ(cache_shape(s, opt), shape);
+        plan.execute(Space(), s);
+        EXPECT_EQ(row_values(s.out), want);
+        EXPECT_EQ(row_values(s.lse), want_lse);
+        Kokkos::deep_copy(s.out, T(std::nan("")));
+        cache_attention(Space(), s, opt);
+        EXPECT_EQ(row_values(s.out), want);
+        if (layout == Layout::Strided) {  // the padding around the slices is untouched
+          const auto wide = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), s.out);
+          std::int64_t gaps = 0;
+          for (std::size_t i = 0; i < wide.span(); ++i) gaps += wide.data()[i] == T(-7);
+          EXPECT_EQ(gaps, std::int64_t(wide.span() - wide.size()));
+        }
+      }
+      // CacheArguments of LayoutLeft: LayoutLeft views only.
+      CacheArguments<T, Space::memory_space, Kokkos::LayoutLeft> left;
+      using Left4 = Kokkos::View<T****, Kokkos::LayoutLeft, Space>;
+      using Left3 = Kokkos::View<T***, Kokkos::LayoutLeft, Space>;
+      const Left4 q("q", c.batch, c.queries, c.heads, c.head_dim),
+          out("out", c.batch, c.queries, c.heads, c.head_dim);
+      const Left3 w_uk("w_uk", c.latent_dim, c.heads, c.head_dim),
+          w_uv("w_uv", c.latent_dim, c.heads, c.head_dim);
+      Kokkos::deep_copy(q, a.q);
+      Kokkos::deep_copy(w_uk, a.w_uk);
+      Kokkos::deep_copy(w_uv, a.w_uv);
+      left.q = q;
+      left.w_uk = w_uk;
+      left.w_uv = w_uv;
+      left.out = out;
+      if (c.rope_dim > 0) {
+        const Left4 q_rope("q_rope", c.batch, c.queries, c.heads, c.rope_dim);
+        Kokkos::deep_copy(q_rope, a.q_rope);
+        left.q_rope = q_rope;
+      }
+      left.cache = a.cache;
+      left.indices = a.indices;
+      left.sinks = a.sinks;
+      plan.execute(Space(), left);
+      EXPECT_EQ(row_values(out), want);
+    }
+}
+
+// Slices with the wrong extents are rejected before anything runs, naming
+// the argument, with out untouched; so is an out slice that shares memory
+// with a q slice of the same array.
+TYPED_TEST(Cache, StridedBadInputIsRejectedUntouched) {
+  using T = TypeParam;
+  const CacheCase c{2, 2, 3, 4, 8, 2, 16, 4, false, {16, 9}};
+  const Logical l(c, 31);
+  const DeviceCache<T> dc(l, 31);
+  const auto good = in_layout(arguments(l, dc), Layout::Strided);
+  const CachePlan<T> plan(Space(), cache_shape(good));
+  auto expect_rejected_untouched = [&](const auto& a, const std::string& piece) {
+    Kokkos::deep_copy(a.out, T(3.5));
+    try {
+      plan.execute(Space(), a);
+      ADD_FAILURE() << "no exception";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+    }
+    for (double x : row_values(a.out)) ASSERT_EQ(x, 3.5);
+  };
+  auto a = good;
+  View4<T> wide("wide", 2, 2, 3, 7);
+  a.q_rope = Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(4, 7));
+  expect_rejected_untouched(a, "q_rope.extent(3) = 3");
+  a = good;
+  a.out = Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, 4));
+  a.q = Kokkos::subview(wide, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(3, 7));
+  expect_rejected_untouched(a, "out aliases q");
+  a = good;
+  a.w_uv = View3<T>("w_uv", 8, 3, 5);
+  expect_rejected_untouched(a, "w_uv.extent(2) = 5");
+}
+
+// append_to_cache from the latent and RoPE columns of one packed (B, Tn,
+// R + Dr) array, from LayoutLeft copies and from padded slices writes the
+// same cache as from contiguous arrays, bit for bit, into native and FP8 caches.
+TYPED_TEST(Cache, AppendFromEveryLayoutEqualsRowMajor) {
+  using T = TypeParam;
+  const std::int64_t B = 2, Tn = 3, R = 128, Dr = 5;
+  for (CacheStorage storage : {CacheStorage::Native, CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor})
+    for (bool paged : {false, true}) {
+      SCOPED_TRACE(to_string(storage) + (paged ? " paged" : " contiguous"));
+      const CacheCase c{B, 1, 1, 1, R, Dr, 12, paged ? 4 : 0, false, {7, 12}};
+      const Logical l(c, 41);
+      auto fresh_cache = [&] {
+        DeviceCache<T> dc(l, 41, false);
+        if (storage != CacheStorage::Native) {
+          dc.cache.storage = storage;
+          dc.cache.fp8.tokens = Fp8Tokens<Space::memory_space>::Bytes("tokens", dc.cache.latent.extent(0),
+                                                                      dc.cache.latent.extent(1),
+                                                                      fp8_token_bytes(storage, R, Dr));
+          dc.cache.latent = {};
+          dc.cache.k_rope = {};
+        }
+        return dc;
+      };
+      auto stored = [&](const DeviceCache<T>& dc) {
+        std::vector<double> v;
+        if (storage == CacheStorage::Native) {
+          v = Problem<T>::host_copy(dc.cache.latent);
+          const auto r = Problem<T>::host_copy(dc.cache.k_rope);
+          v.insert(v.end(), r.begin(), r.end());
+        } else {
+          const auto h = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dc.cache.fp8.tokens);
+          v.assign(h.data(), h.data() + h.span());
+        }
+        for (double& x : v)
+          if (std::isnan(x)) x = -1;  // rows nobody wrote: NaN in both
+        return v;
+      };
+      std::mt19937_64 rng(43);
+      View3<T> packed("packed", B, Tn, R + Dr);
+      Problem<T>::fill(packed, rng, 1.0);
+      const auto all = Kokkos::ALL;
+      const auto latent_columns = Kokkos::subview(packed, all, all, std::make_pair(std::int64_t(0), R));
+      const auto rope_columns = Kokkos::subview(packed, all, all, std::make_pair(R, R + Dr));
+      View3<T> latent("latent", B, Tn, R), rope("rope", B, Tn, Dr);
+      Kokkos::deep_copy(latent, latent_columns);
+      Kokkos::deep_copy(rope, rope_columns);
+      const DeviceCache<T> want_cache = fresh_cache();
+      append_to_cache(Space(), want_cache.cache, latent, rope);
+      const std::vector<double> want = stored(want_cache);
+      const DeviceCache<T> from_columns = fresh_cache();
+      append_to_cache(Space(), from_columns.cache, latent_columns, rope_columns);
+      EXPECT_EQ(stored(from_columns), want);
+      for (Layout layout : kLayouts) {
+        SCOPED_TRACE(to_string(layout));
+        const DeviceCache<T> got = fresh_cache();
+        append_to_cache(Space(), got.cache, in_layout(latent, layout), in_layout(rope, layout));
+        EXPECT_EQ(stored(got), want);
+      }
+      // Bad extents of a slice: rejected, naming it, nothing written.
+      const DeviceCache<T> untouched = fresh_cache();
+      const std::vector<double> before = stored(untouched);
+      const auto short_rope = Kokkos::subview(packed, all, all, std::make_pair(R, R + Dr - 1));
+      try {
+        append_to_cache(Space(), untouched.cache, latent_columns, short_rope);
+        ADD_FAILURE() << "no exception";
+      } catch (const std::invalid_argument& e) {
+        const char* piece = storage == CacheStorage::Native ? "new_k_rope.extent(2) = 4" : "Dr = 4";
+        EXPECT_NE(std::string(e.what()).find(piece), std::string::npos) << e.what();
+      }
+      EXPECT_EQ(stored(untouched), before);
+    }
 }
 
 /// The absorbed form that models 16-bit implementations is the same

@@ -5,6 +5,8 @@
 
 #include "Reference.hpp"
 
+#include <kokkosmla.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -367,6 +369,104 @@ TYPED_TEST(Fp8Append, BadInputIsRejectedBeforeAnyWrite) {
                                   c.fp8.tokens);
     c.fp8.rope_scale = 0.25f;
     append_to_cache(Space(), c, latent, rope);  // powers of two: taken
+  }
+}
+
+/// The C interface's append and cache attention on an FP8 cache
+/// (kokkosmla.h: kokkosmla_cache::storage and the fp8 fields) against the
+/// C++ API's on the same inputs: the same bytes, and out and lse bit for bit.
+template <class T, class CAppend, class CAttend>
+void expect_c_interface_matches(CacheStorage storage, CAppend c_append, CAttend c_attend) {
+  const std::int64_t B = 3, Tn = 4, Tq = 2, H = 3, D = 8, R = 128, Dr = 5, page = 3, per_sequence = 4;
+  const std::vector<int> lengths = {9, 4, 12};
+  for (bool power_of_two : {false, true}) {
+    SCOPED_TRACE(to_string(storage) + " power_of_two=" + std::to_string(power_of_two));
+    LatentCache<T> cpp = fp8_cache<T>(storage, R, Dr, page, per_sequence, lengths);
+    LatentCache<T> c_side = fp8_cache<T>(storage, R, Dr, page, per_sequence, lengths);
+    for (LatentCache<T>* c : {&cpp, &c_side}) {
+      c->fp8.power_of_two_scales = power_of_two;
+      c->fp8.latent_scale = power_of_two ? 0.25f : 0.3f;
+      c->fp8.rope_scale = power_of_two ? 0.5f : 0.7f;
+    }
+    const View3<T> latent = to_device3<T>(new_values(B, Tn, R, 51), B, Tn, R);
+    const View3<T> rope = to_device3<T>(new_values(B, Tn, Dr, 52), B, Tn, Dr);
+    append_to_cache(Space(), cpp, latent, rope);
+
+    kokkosmla_cache cache;
+    std::memset(&cache, 0, sizeof cache);
+    cache.latent = c_side.fp8.tokens.data();
+    cache.block_table = c_side.block_table.data();
+    cache.seqlens = c_side.seqlens.data();
+    cache.pages = std::int64_t(c_side.fp8.tokens.extent(0));
+    cache.page_size = page;
+    cache.pages_per_sequence = per_sequence;
+    cache.latent_dim = R;
+    cache.rope_dim = Dr;
+    cache.storage = int(storage);
+    cache.fp8_power_of_two_scales = power_of_two;
+    cache.fp8_latent_scale = c_side.fp8.latent_scale;
+    cache.fp8_rope_scale = c_side.fp8.rope_scale;
+    ASSERT_EQ(c_append(&cache, latent.data(), rope.data(), B, Tn), KOKKOSMLA_SUCCESS)
+        << kokkosmla_last_error();
+    const auto want_bytes = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), cpp.fp8.tokens);
+    const auto got_bytes = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), c_side.fp8.tokens);
+    ASSERT_EQ(std::memcmp(want_bytes.data(), got_bytes.data(), want_bytes.span()), 0);
+
+    std::mt19937_64 rng(53);
+    CacheArguments<T> a;
+    const View4<T> q("q", B, Tq, H, D), q_rope("q_rope", B, Tq, H, Dr);
+    const View3<T> w_uk("w_uk", R, H, D), w_uv("w_uv", R, H, D);
+    Problem<T>::fill(q, rng, 1.0);
+    Problem<T>::fill(q_rope, rng, 1.0);
+    Problem<T>::fill(w_uk, rng, 0.1);
+    Problem<T>::fill(w_uv, rng, 0.1);
+    a.q = q;
+    a.q_rope = q_rope;
+    a.w_uk = w_uk;
+    a.w_uv = w_uv;
+    a.cache = cpp;
+    a.out = View4<T>("out", B, Tq, H, D);
+    a.lse = typename CacheArguments<T>::Lse("lse", B, Tq, H);
+    cache_attention(Space(), a);
+    const View4<T> out("out_c", B, Tq, H, D);
+    const typename CacheArguments<T>::Lse lse("lse_c", B, Tq, H);
+    ASSERT_EQ(c_attend(q.data(), q_rope.data(), &cache, w_uk.data(), w_uv.data(), out.data(), lse.data(), B,
+                       Tq, H, D),
+              KOKKOSMLA_SUCCESS)
+        << kokkosmla_last_error();
+    const auto want_out = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.out);
+    const auto got_out = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), out);
+    const auto want_lse = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a.lse);
+    const auto got_lse = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), lse);
+    ASSERT_EQ(std::memcmp(want_out.data(), got_out.data(), want_out.span() * sizeof(T)), 0);
+    ASSERT_EQ(std::memcmp(want_lse.data(), got_lse.data(), want_lse.span() * sizeof(T)), 0);
+    double largest = 0;
+    for (std::size_t i = 0; i < want_out.span(); ++i)
+      largest = std::max(largest, std::fabs(double(want_out.data()[i])));
+    EXPECT_GT(largest, 0) << "the compared outputs are not all zero";
+  }
+}
+
+TEST(Fp8, CInterfaceMatchesTheCppApi) {
+  for (CacheStorage storage : {CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor}) {
+    expect_c_interface_matches<double>(
+        storage,
+        [](const kokkosmla_cache* c, const double* l, const double* r, std::int64_t B, std::int64_t Tn) {
+          return kokkosmla_append_to_cache_d(c, l, r, B, Tn, nullptr);
+        },
+        [](const double* q, const double* qr, const kokkosmla_cache* c, const double* uk, const double* uv,
+           double* out, double* lse, std::int64_t B, std::int64_t Tq, std::int64_t H, std::int64_t D) {
+          return kokkosmla_cache_attention_d(q, qr, c, uk, uv, out, lse, B, Tq, H, D, nullptr);
+        });
+    expect_c_interface_matches<float>(
+        storage,
+        [](const kokkosmla_cache* c, const float* l, const float* r, std::int64_t B, std::int64_t Tn) {
+          return kokkosmla_append_to_cache_f(c, l, r, B, Tn, nullptr);
+        },
+        [](const float* q, const float* qr, const kokkosmla_cache* c, const float* uk, const float* uv,
+           float* out, float* lse, std::int64_t B, std::int64_t Tq, std::int64_t H, std::int64_t D) {
+          return kokkosmla_cache_attention_f(q, qr, c, uk, uv, out, lse, B, Tq, H, D, nullptr);
+        });
   }
 }
 

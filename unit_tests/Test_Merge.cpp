@@ -196,6 +196,86 @@ TYPED_TEST(Merge, FormulaAndEmptySides) {
   EXPECT_EQ(ho(0, 0, 6, 1), T(8));
 }
 
+// merge_states on views of every layout (LayoutLeft copies, slices of wider
+// arrays with odd padding, mixed within one call), into fresh outputs and in
+// place (out and lse the a pair itself), gives the row-major result bit for
+// bit and leaves the slices' padding alone.
+TYPED_TEST(Merge, EveryLayoutEqualsRowMajor) {
+  using T = TypeParam;
+  const std::int64_t B = 2, Tq = 3, H = 5, D = 7;
+  std::mt19937_64 rng(71);
+  View4<T> oa("oa", B, Tq, H, D), ob("ob", B, Tq, H, D), o("o", B, Tq, H, D);
+  View3<T> la("la", B, Tq, H), lb("lb", B, Tq, H), l("l", B, Tq, H);
+  for (const auto& v : {oa, ob}) Problem<T>::fill(v, rng, 1.0);
+  for (const auto& v : {la, lb}) Problem<T>::fill(v, rng, 3.0);
+  merge_states(Space(), oa, la, ob, lb, o, l);
+  const std::vector<double> want = Problem<T>::host_copy(o), want_lse = Problem<T>::host_copy(l);
+  for (Layout layout : kLayouts) {
+    SCOPED_TRACE(to_string(layout));
+    const Layout other = layout == Layout::Left ? Layout::Strided : Layout::Left;
+    // Fresh copies of the a pair: LayoutRight hands over the view itself, which the in-place call overwrites.
+    View4<T> oa_copy("oa_copy", B, Tq, H, D);
+    View3<T> la_copy("la_copy", B, Tq, H);
+    Kokkos::deep_copy(oa_copy, oa);
+    Kokkos::deep_copy(la_copy, la);
+    const auto a = in_layout(oa_copy, layout), b = in_layout(ob, other);
+    const auto a_lse = in_layout(la_copy, other), b_lse = in_layout(lb, layout);
+    const auto out = in_layout(o, layout), lse = in_layout(l, other);
+    Kokkos::deep_copy(out, T(std::nan("")));
+    Kokkos::deep_copy(lse, T(std::nan("")));
+    merge_states(Space(), a, a_lse, b, b_lse, out, lse);
+    EXPECT_EQ(row_values(out), want);
+    EXPECT_EQ(row_values(lse), want_lse);
+    merge_states(Space(), a, a_lse, b, b_lse, a, a_lse);  // in place
+    EXPECT_EQ(row_values(a), want);
+    EXPECT_EQ(row_values(a_lse), want_lse);
+    if (layout == Layout::Strided) {
+      const auto wide = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), a);
+      std::size_t gaps = 0;
+      for (std::size_t i = 0; i < wide.span(); ++i) gaps += wide.data()[i] == T(-7);
+      EXPECT_EQ(gaps, wide.span() - wide.size());
+    }
+  }
+}
+
+// Views whose strides are those of a contiguous row-major array are read in
+// place whatever their layout type (no copy); others are copied.
+TEST(Layouts, RowMajorViewsAreReadInPlace) {
+  using Strided4 = Kokkos::View<float****, Kokkos::LayoutStride, Space>;
+  View4<float> q("q", 4, 3, 2, 5);
+  const auto all = Kokkos::ALL;
+  const Strided4 leading = Kokkos::subview(q, std::make_pair(1, 3), all, all, all);
+  EXPECT_TRUE(Impl::is_row_major(Strided4(q)));
+  EXPECT_TRUE(Impl::is_row_major(leading));
+  EXPECT_EQ(Impl::row_major(Space(), leading, true).data(), leading.data());
+  const Strided4 columns = Kokkos::subview(q, all, all, all, std::make_pair(0, 4));
+  EXPECT_FALSE(Impl::is_row_major(columns));
+  EXPECT_NE(Impl::row_major(Space(), columns, true).data(), columns.data());
+  // LayoutLeft: row-major only where no two extents exceed 1.
+  EXPECT_TRUE(Impl::is_row_major(Kokkos::View<float****, Kokkos::LayoutLeft, Space>("a", 1, 1, 1, 5)));
+  EXPECT_FALSE(Impl::is_row_major(Kokkos::View<float****, Kokkos::LayoutLeft, Space>("b", 2, 1, 1, 5)));
+}
+
+// A slice's memory runs from its first element to its last: an output
+// placed right after the last element of an input slice does not overlap it
+// (Kokkos' span() of the slice reaches past it), and is accepted.
+TEST(Layouts, SlicesOverlapOnlyWhereTheirElementsDo) {
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  using Strided4 = Kokkos::View<double****, Kokkos::LayoutStride, Space, Unmanaged>;
+  Kokkos::View<double*, Space> buffer("buffer", 200);
+  Kokkos::deep_copy(buffer, 0.5);
+  // out_a: (1, 1, 2, 3) rows 8 apart; its last element is buffer(10).
+  const Strided4 out_a(buffer.data(), Kokkos::LayoutStride(1, 48, 1, 48, 2, 8, 3, 1));
+  const View4<double, Unmanaged> out(buffer.data() + 11, 1, 1, 2, 3);
+  View4<double> out_b("out_b", 1, 1, 2, 3);
+  View3<double> lse_a("lse_a", 1, 1, 2), lse_b("lse_b", 1, 1, 2), lse("lse", 1, 1, 2);
+  Kokkos::deep_copy(out_b, 0.5);
+  EXPECT_NO_THROW(merge_states(Space(), out_a, lse_a, out_b, lse_b, out, lse));
+  for (double x : Problem<double>::host_copy(out)) EXPECT_EQ(x, 0.5);
+  const View4<double, Unmanaged> into(buffer.data() + 10, 1, 1, 2, 3);  // shares buffer(10)
+  EXPECT_THROW(merge_states(Space(), out_a, lse_a, out_b, lse_b, into, lse), std::invalid_argument);
+}
+
 TYPED_TEST(Merge, BadLse) {
   using T = TypeParam;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;

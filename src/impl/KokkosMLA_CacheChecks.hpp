@@ -37,14 +37,20 @@ struct CacheArgInfo {
   StorageInfo storage;
 };
 
-template <class Scalar, class MemorySpace>
-CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace>& a) {
-  return {describe("q", a.q),
-          describe("q_rope", a.q_rope),
-          describe("w_uk", a.w_uk),
-          describe("w_uv", a.w_uv),
-          describe("out", a.out),
-          describe("lse", a.lse),
+/// With Layout other than LayoutRight, the query-side views are read through
+/// row-major copies where they are not row-major: any strides will do.
+template <class Scalar, class MemorySpace, class Layout>
+CacheArgInfo describe_cache(const CacheArguments<Scalar, MemorySpace, Layout>& a) {
+  auto arg = [](const char* name, const auto& v) {
+    return std::is_same<Layout, Kokkos::LayoutRight>::value ? describe(name, v)
+                                                            : describe_any_layout(name, v);
+  };
+  return {arg("q", a.q),
+          arg("q_rope", a.q_rope),
+          arg("w_uk", a.w_uk),
+          arg("w_uv", a.w_uv),
+          arg("out", a.out),
+          arg("lse", a.lse),
           describe("cache.latent", a.cache.latent),
           describe("cache.k_rope", a.cache.k_rope),
           describe("cache.block_table", a.cache.block_table),
