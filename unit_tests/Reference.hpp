@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 #include <type_traits>
+#include <algorithm>
 #include <vector>
 
 namespace KokkosMLA {
@@ -159,6 +160,25 @@ enum class Layout { Right, Left, Strided };
 constexpr Layout kLayouts[] = {Layout::Right, Layout::Left, Layout::Strided};
 inline std::string to_string(Layout l) {
   return l == Layout::Right ? "LayoutRight" : l == Layout::Left ? "LayoutLeft" : "strided slice";
+}
+
+/// Elements from v's first to its last, the padding between a slice's rows included.
+template <class V>
+std::size_t reach(const V& v) {
+  std::size_t last = 0;
+  for (int d = 0; d < int(V::rank); ++d) last += (v.extent(d) - 1) * v.stride(d);
+  return v.size() > 0 ? last + 1 : 0;
+}
+
+/// How many of the elements from v's first to its last equal x, read on the host.
+template <class V>
+std::size_t count_in_reach(const V& v, typename V::non_const_value_type x) {
+  using T = typename V::non_const_value_type;
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  std::vector<T> host(reach(v));
+  Kokkos::deep_copy(Kokkos::View<T*, Kokkos::HostSpace, Unmanaged>(host.data(), host.size()),
+                    Kokkos::View<const T*, typename V::memory_space, Unmanaged>(v.data(), host.size()));
+  return std::size_t(std::count(host.begin(), host.end(), x));
 }
 
 /// A LayoutStride view with v's extents and values: v itself (Right), a
