@@ -25,7 +25,7 @@ FP8 cache (decode/fp8/..., decode_attention/fp8/...: rows of dtype fp8, the
 cache's bytes counted as 656 a token).
 With --sparse it runs only the sparse decode's attention
 (decode_sparse_attention/fp8|bf16/...: B = 128, S = 32768, topk = 2048, 64
-and 128 heads; rows kokkosmla-sparse counting the listed tokens' bytes and
+and 128 heads, and the sparse prefill B = 1, T = 4096, H = 128, S = 8192; rows kokkosmla-sparse counting the listed tokens' bytes and
 2 B Tq H topk (576 + 512) FLOPs), and with --flashmla FILE FlashMLA's sparse
 lines ("flashmla-sparse b=.. s_q=.. h_q=.. s_k=.. topk=.. time_us=..").
 
@@ -48,7 +48,7 @@ def decode_flops(B, Tq, H, S):
 TYPES = {"float32": ("float", "float32", 4), "bfloat16": ("bf16", "bf16", 2), "float16": ("fp16", "fp16", 2)}
 # Bytes of one cached token by the benchmark's type name: R + Dr values, or FlashMLA's FP8 token.
 TOKEN_BYTES = {"float": 4 * (R + DR), "bf16": 2 * (R + DR), "fp16": 2 * (R + DR), "fp8": 656}
-SPARSE_SHAPES = [(128, tq, h, 32768) for h in (64, 128) for tq in (1, 2)]
+SPARSE_SHAPES = [(128, tq, h, 32768) for h in (64, 128) for tq in (1, 2)] + [(1, 4096, 128, 8192)]  # + prefill
 TOPK = 2048
 
 

@@ -245,11 +245,13 @@ std::vector<DecodeShape> decode_shapes() {
 }
 
 /// DeepSeek-V3.2's sparse decode as FlashMLA benchmarks it: B = 128, a cache
-/// of 32768 tokens per sequence, 2048 positions per query token, 64 or 128 heads.
+/// of 32768 tokens per sequence, 2048 positions per query token, 64 or 128
+/// heads; and its sparse prefill: 4096 query tokens of one sequence, 128 heads.
 std::vector<DecodeShape> sparse_decode_shapes() {
   std::vector<DecodeShape> s;
   for (std::int64_t heads : {64, 128})
     for (std::int64_t queries : {1, 2}) s.push_back({128, queries, heads, 32768, 64, 128, 512, 64, 2048});
+  s.push_back({1, 4096, 128, 8192, 64, 128, 512, 64, 2048});
   return s;
 }
 
