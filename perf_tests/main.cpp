@@ -17,6 +17,9 @@
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part; and
 // H=16 without RoPE) and report GB/s of the cache read once and useful
 // GFLOP/s of the absorbed form.
+// strided_q/bf16/<shape> and decode_strided_q/bf16/<shape> pass q (and
+// q_rope) as slices of one (B, T, H, 192) query projection, for the cost of
+// strided views against the contiguous rows of the same run.
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
 // decode_sparse_attention/fp8|bf16/... time sparse attention (topk random
@@ -389,6 +392,73 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
   }
 }
 
+/// Prefill with q the 128-wide part of DeepSeek's (B, T, H, 192) query
+/// projection (a LayoutStride slice; the rest would be q_rope), or with a
+/// contiguous q, timed alike: what reading a strided view costs (a
+/// row-major copy per call).
+template <class T>
+void run_strided_q(benchmark::State& state, Shape s, bool strided) {
+  Inputs<T> in(s);
+  Bound<T> v(in, s);
+  Kokkos::View<T****, Kokkos::LayoutRight, Space> projection("q_projection", s.batch, s.queries, s.heads,
+                                                             s.head_dim + 64);
+  const auto q =
+      Kokkos::subview(projection, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, int(s.head_dim)));
+  Kokkos::deep_copy(q, v.q);
+  const Plan<T, Space> plan(Space(), s);
+  const Space exec;
+  if (strided)
+    time_each_call(state, exec, [&] { plan.execute(exec, q, v.latent, v.w_uk, v.w_uv, v.out); });
+  else
+    time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv, v.out); });
+  state.SetLabel(std::string(strided ? "q strided" : "q contiguous") + ", on " + to_string(plan.path()));
+}
+
+template <class T>
+void register_strided_q(const char* type) {
+  for (const Shape& s : shapes()) {
+    if (s.head_dim != 128 || s.queries != 4096) continue;
+    for (bool strided : {false, true}) {
+      const std::string name =
+          std::string("strided_q/") + type + "/" + shape_name(s) + (strided ? "/strided" : "/contiguous");
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [s, strided](benchmark::State& st) { run_strided_q<T>(st, s, strided); })
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond)
+          ->MinTime(0.2);
+    }
+  }
+}
+
+/// A decode step with q and q_rope the two parts of one (B, Tq, H, 192)
+/// query projection (LayoutStride slices), beside decode/type/<shape>'s
+/// contiguous views in the same run.
+template <class T>
+void run_decode_strided_q(benchmark::State& state, DecodeShape d) {
+  DecodeInputs<T> in(d);
+  Kokkos::View<T****, Kokkos::LayoutRight, Space> projection("q_projection", d.batch, d.queries, d.heads,
+                                                             d.head_dim + d.rope_dim);
+  const int D = int(d.head_dim), width = int(d.head_dim + d.rope_dim);
+  const auto q = Kokkos::subview(projection, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, D));
+  const auto q_rope =
+      Kokkos::subview(projection, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(D, width));
+  Kokkos::deep_copy(q, in.args.q);
+  Kokkos::deep_copy(q_rope, in.args.q_rope);
+  CacheArguments<T, Space::memory_space, Kokkos::LayoutStride> a;
+  a.q = q;
+  a.q_rope = q_rope;
+  a.cache = in.args.cache;
+  a.w_uk = in.args.w_uk;
+  a.w_uv = in.args.w_uv;
+  a.out = in.args.out;
+  Options opt;
+  opt.check_cache_indices = false;
+  const CachePlan<T, Space> plan(Space(), cache_shape(a), opt);
+  const Space exec;
+  time_each_call(state, exec, [&] { plan.execute(exec, a); });
+  state.SetLabel("q, q_rope strided, " + plan.describe());
+}
+
 /// A decode step on the plan's path, or on the path given (A/B in one run).
 template <class T>
 void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path> path,
@@ -632,6 +702,10 @@ int main(int argc, char** argv) {
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::bhalf_t>("bf16");
     KokkosMLA::Bench::register_decode_fp8();
+    KokkosMLA::Bench::register_strided_q<Kokkos::Experimental::bhalf_t>("bf16");
+    KokkosMLA::Bench::register_decode_kind(
+        "decode_strided_q", "bf16", KokkosMLA::Bench::DecodeShapes::FlashMLA,
+        &KokkosMLA::Bench::run_decode_strided_q<Kokkos::Experimental::bhalf_t>);
 #endif
 #if KOKKOSMLA_HAS_HALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::half_t>("fp16");
