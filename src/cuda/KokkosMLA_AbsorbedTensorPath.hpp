@@ -21,7 +21,7 @@ class AbsorbedTensorPath : public PlannedCache<Scalar, ExecSpace> {
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
   int splits() const override { return splits_; }
   std::size_t workspace_bytes() const override {
-    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float);
+    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float) + listed_.span() * sizeof(int);
   }
   /// Checks the operands' alignment, absorbs, attends, up-projects.
   void run(const ExecSpace& exec, const Call& call) const override;
