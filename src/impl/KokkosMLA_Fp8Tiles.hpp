@@ -41,7 +41,6 @@ struct Fp8KeyTiles {
   /// Bytes of a token: 512 e4m3, then 4 fp32 scales and 64 bf16 (656), or 64 e4m3 (576).
   static constexpr int kTokenBytes = kPerBlock ? kRank + 4 * (kRank / 128) + 2 * kRope : kRank + kRope;
   static constexpr int kPieces = kTokenBytes / 16;  // 16-byte pieces of a token: 41 or 36
-  static constexpr int kStages = Stages;            // staging buffers in the ring
   static constexpr int kStageBytes = Keys * kTokenBytes;
   static constexpr int kScratchBytes = Stages * kStageBytes;
   static_assert(kTokenBytes % 16 == 0 && Threads == 8 * Keys, "16-byte pieces, eight threads a token");
