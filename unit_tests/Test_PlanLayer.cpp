@@ -261,8 +261,8 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
 
 #if KOKKOSMLA_ENABLE_SM80 && KOKKOSMLA_HAS_BHALF
 // The mma.sync decode path takes FP8 tokens of DeepSeek's widths where the
-// large team scratch holds their staging ring (64 KB a team), not without
-// RoPE keys; 16-bit caches on both kinds of Kokkos.
+// large team scratch holds their staging ring and two 16-bit tiles (71 KB a
+// team), not without RoPE keys; 16-bit caches on both kinds of Kokkos.
 TEST(PathChoice, TensorDecodeTakesFp8CachesWithLargeScratch) {
   using Unit = Impl::DecodeTensorSm80Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
   auto takes = [](const Backend& be, const CacheShape& s) {
