@@ -4,6 +4,7 @@
 #include <Kokkos_Core.hpp>
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <type_traits>
@@ -20,6 +21,8 @@ template <class Scalar, class MemSpace>
 struct ViewTypes {
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   using ConstRank4 = Kokkos::View<const Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  /// Queries: rows (b, t) evenly spaced, unit stride within a head (reads_in_place).
+  using Queries = Kokkos::View<const Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
 };
@@ -28,7 +31,7 @@ struct ViewTypes {
 template <class Scalar, class MemSpace>
 struct PrefillViews {
   using Types = ViewTypes<Scalar, MemSpace>;
-  typename Types::ConstRank4 q;
+  typename Types::Queries q;
   typename Types::ConstRank3 latent, w_uk, w_uv;
   typename Types::Rank4 out;
   compute_type<Scalar>* lse = nullptr;
@@ -178,6 +181,32 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_spac
   }
 }
 
+/// Whether the kernels read a (B, T, H, width) query view where it lies:
+/// row-major without gaps, or unit stride within a head, rows (b, t) evenly
+/// spaced, and the start and strides on 16-byte boundaries (the tensor-core
+/// kernels' vector loads), as slices of a wider projection are.
+template <class V>
+bool reads_in_place(const V& v) {
+  static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
+  if (v.size() == 0 || is_row_major(v)) return true;
+  if (v.extent(3) > 1 && v.stride(3) != 1) return false;
+  if (v.extent(0) > 1 && v.extent(1) > 1 && std::size_t(v.stride(0)) != v.extent(1) * v.stride(1))
+    return false;
+  auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
+  const std::size_t row = v.extent(1) > 1 ? v.stride(1) : v.stride(0), bytes = sizeof(typename V::value_type);
+  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(row * bytes) &&
+         aligned(std::size_t(v.stride(2)) * bytes);
+}
+
+/// A query view as the kernels take it: v itself where they read it in place
+/// (reads_in_place), else a row-major copy filled on exec.
+template <class ExecSpace, class V>
+Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space> query_view(
+    const ExecSpace& exec, const V& v) {
+  if (reads_in_place(v)) return v;
+  return row_major(exec, v, true);
+}
+
 }  // namespace Impl
 
 /// The algorithm a Plan<Scalar, ExecSpace> uses for this problem: opt.algorithm,
@@ -227,7 +256,7 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out));
-    run_row_major(exec, q, latent, w_uk, w_uv, out, static_cast<const NoLse*>(nullptr));
+    run_in_place(exec, q, latent, w_uk, w_uv, out, static_cast<const NoLse*>(nullptr));
   }
 
   /// As above, and also lse (B, T, H) of compute_type<Scalar>: the natural log
@@ -239,7 +268,7 @@ class Plan {
     static_assert(Impl::check_views<Scalar, ExecSpace, Q, L, WK, WV, O, LS>(), "");
     const char* caller = "KokkosMLA::Plan::execute";
     Impl::require_same_shape(caller, shape_, Impl::validated_shape(caller, q, latent, w_uk, w_uv, out, lse));
-    run_row_major(exec, q, latent, w_uk, w_uv, out, &lse);
+    run_in_place(exec, q, latent, w_uk, w_uv, out, &lse);
   }
 
   /// The algorithm the chosen path computes (Fused, Absorbed or Decompressed).
@@ -259,7 +288,7 @@ class Plan {
   template <class Q, class L, class WK, class WV, class O>
   static Call unmanaged(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
                         compute_type<Scalar>* lse) {
-    return {typename views::ConstRank4(q.data(), q.extent(0), q.extent(1), q.extent(2), q.extent(3)),
+    return {typename views::Queries(q),
             typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
             typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
             typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
@@ -269,13 +298,14 @@ class Plan {
   void run(const ExecSpace& exec, const Call& call) const;
 
   struct NoLse {};
-  /// run() on row-major views of the arguments: the arguments themselves
-  /// where they are row-major without gaps, else copies (outputs copied back).
+  /// run() on the arguments as the kernels read them: q where it lies when
+  /// reads_in_place, the others where they are row-major without gaps; else
+  /// copies (outputs copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
-  void run_row_major(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
-                     const O& out, const LS* lse) const {
+  void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
+                    const O& out, const LS* lse) const {
     // Named: the copies must live until the launches that read them are done.
-    const auto q_rows = Impl::row_major(exec, q, true);
+    const auto q_rows = Impl::query_view(exec, q);
     const auto latent_rows = Impl::row_major(exec, latent, true);
     const auto w_uk_rows = Impl::row_major(exec, w_uk, true);
     const auto w_uv_rows = Impl::row_major(exec, w_uv, true);

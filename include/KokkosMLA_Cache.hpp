@@ -209,10 +209,12 @@ class CachePlan {
   /// Options::check_cache_indices. Throws std::invalid_argument, before any
   /// launch and without touching out, when the arguments do not match the plan.
   void execute(const ExecSpace& exec, const arguments& args) const;
-  /// As above, for arguments of another layout (CacheArguments): views that
-  /// are not row-major without gaps are copied into row-major views
-  /// allocated per call (out and lse copied back; the call waits for the
-  /// copies before it returns).
+  /// As above, for arguments of another layout (CacheArguments). q and q_rope
+  /// are read where they lie when each head's values are contiguous, rows are
+  /// evenly spaced and 16-byte aligned (slices of a wider projection, say);
+  /// other views that are not row-major without gaps are copied into
+  /// row-major views allocated per call (out and lse copied back; the call
+  /// then waits for the copies before it returns).
   template <class Layout, std::enable_if_t<!std::is_same<Layout, Kokkos::LayoutRight>::value, int> = 0>
   void execute(const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Layout>& args) const {
     execute_strided(exec, Impl::strided(args));
@@ -241,8 +243,10 @@ class CachePlan {
   /// The extents against the plan and, with Options::check_cache_indices, the indices.
   template <class Arguments>
   void check(const ExecSpace& exec, const Arguments& args) const;
-  /// The launches, on row-major arguments already checked.
-  void run(const ExecSpace& exec, const arguments& args) const;
+  /// The launches, on arguments already checked, as the paths read them:
+  /// q and q_rope where reads_in_place, the others row-major without gaps.
+  void run(const ExecSpace& exec,
+           const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& args) const;
 
   CacheShape shape_;
   Options options_;

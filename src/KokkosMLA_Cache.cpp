@@ -108,7 +108,7 @@ void CachePlan<Scalar, ExecSpace>::check(const ExecSpace& exec, const Arguments&
 template <class Scalar, class ExecSpace>
 void CachePlan<Scalar, ExecSpace>::execute(const ExecSpace& exec, const arguments& a) const {
   check(exec, a);
-  run(exec, a);
+  run(exec, Impl::strided(a));
 }
 
 template <class Scalar, class ExecSpace>
@@ -116,15 +116,15 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
     const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& a) const {
   using Impl::row_major;
   check(exec, a);
-  // Row-major views of the arguments: themselves where they are, else copies
-  // (named: they must live until the launches that read them are done).
-  const auto q = row_major(exec, a.q, true);
-  const auto q_rope = row_major(exec, a.q_rope, true);
+  // The arguments as the paths read them: themselves where they can, else
+  // copies (named: they must live until the launches that read them are done).
+  const auto q = Impl::query_view(exec, a.q);
+  const auto q_rope = Impl::query_view(exec, a.q_rope);
   const auto w_uk = row_major(exec, a.w_uk, true);
   const auto w_uv = row_major(exec, a.w_uv, true);
   const auto out = row_major(exec, a.out, false);
   const auto lse = row_major(exec, a.lse, false);
-  arguments r;
+  CacheArguments<Scalar, memory_space, Kokkos::LayoutStride> r;
   r.q = q;
   r.q_rope = q_rope;
   r.cache = a.cache;
@@ -144,10 +144,11 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
 }
 
 template <class Scalar, class ExecSpace>
-void CachePlan<Scalar, ExecSpace>::run(const ExecSpace& exec, const arguments& a) const {
+void CachePlan<Scalar, ExecSpace>::run(
+    const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& a) const {
   using namespace Impl;
   // Sinks need every row's lse: the caller's, or the plan's own.
-  arguments r = a;
+  auto r = a;
   if (a.sinks.size() > 0 && a.lse.size() == 0)
     r.lse = typename arguments::Lse(sink_lse_.data(), a.out.extent(0), a.out.extent(1), a.out.extent(2));
   if (packed_) {
@@ -165,7 +166,7 @@ void CachePlan<Scalar, ExecSpace>::run(const ExecSpace& exec, const arguments& a
 template <class Scalar, class ExecSpace>
 void CachePlan<Scalar, ExecSpace>::impl_attend_absorbed(const ExecSpace& exec, const arguments& a,
                                                         Scalar* qa) const {
-  path_->attend_absorbed(exec, a, qa);
+  path_->attend_absorbed(exec, Impl::strided(a), qa);
 }
 
 namespace Impl {

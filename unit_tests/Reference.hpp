@@ -156,10 +156,13 @@ View4<T> to_device4(const std::vector<double>& v, std::int64_t a, std::int64_t b
 }
 
 /// How a test hands a view to the library.
-enum class Layout { Right, Left, Strided };
-constexpr Layout kLayouts[] = {Layout::Right, Layout::Left, Layout::Strided};
+enum class Layout { Right, Left, Strided, Aligned };
+constexpr Layout kLayouts[] = {Layout::Right, Layout::Left, Layout::Strided, Layout::Aligned};
 inline std::string to_string(Layout l) {
-  return l == Layout::Right ? "LayoutRight" : l == Layout::Left ? "LayoutLeft" : "strided slice";
+  return l == Layout::Right     ? "LayoutRight"
+         : l == Layout::Left    ? "LayoutLeft"
+         : l == Layout::Strided ? "strided slice"
+                                : "aligned slice";
 }
 
 /// Elements from v's first to its last, the padding between a slice's rows included.
@@ -182,9 +185,12 @@ std::size_t count_in_reach(const V& v, typename V::non_const_value_type x) {
 }
 
 /// A LayoutStride view with v's extents and values: v itself (Right), a
-/// LayoutLeft copy (Left), or the leading part of a LayoutRight array wider
+/// LayoutLeft copy (Left), the leading part of a LayoutRight array wider
 /// by odd paddings in every dimension (Strided: unit stride in the last
-/// dimension only, gaps between rows).
+/// dimension only, gaps between rows), or, of a rank-4 view, columns from
+/// 16 bytes on of an array wider in heads and columns, its rows 16-byte
+/// aligned (Aligned: as q and q_rope are slices of DeepSeek's (B, T, H, 192)
+/// query projection; the kernels read such queries where they lie).
 template <class V>
 Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_space> in_layout(const V& v,
                                                                                               Layout layout) {
@@ -209,6 +215,11 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_spa
   if constexpr (int(V::rank) == 3) {
     wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3);
     part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2));
+  } else if (layout == Layout::Aligned) {
+    constexpr std::size_t unit = std::max<std::size_t>(1, 16 / sizeof(typename V::value_type));
+    const std::size_t columns = ((e3 + unit - 1) / unit + 2) * unit;  // a unit before, at least one after
+    wide = decltype(wide)("wide", e0, e1, e2 + 3, columns);
+    part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2), std::make_pair(unit, unit + e3));
   } else {
     wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3, e3 + 5);
     part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2), leading(e3));

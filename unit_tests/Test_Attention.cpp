@@ -1,6 +1,7 @@
 // Every algorithm against the double reference on many shapes, both scalar types.
 
 #include "Reference.hpp"
+#include "ToolsRecorder.hpp"
 
 #include "impl/KokkosMLA_Tiling.hpp"
 
@@ -206,7 +207,8 @@ TYPED_TEST(AttentionTyped, AlgorithmsAgree) {
 // of wider arrays with unit stride in the last dimension (DeepSeek's q and
 // latent arrive as such slices), a LayoutLeft out and a strided lse give the
 // row-major result bit for bit, for every algorithm, through attention() and
-// Plan::execute.
+// Plan::execute; so does q as 16-byte aligned columns of a wider array, which
+// the kernels read where it lies.
 TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
   using T = TypeParam;
   using C = compute_type<T>;
@@ -238,6 +240,12 @@ TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
     opt.algorithm = a;
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse, opt);
     const std::vector<double> want = Problem<T>::host_copy(p.out), want_lse = Problem<T>::host_copy(lse);
+    const auto q_aligned = in_layout(p.q, Layout::Aligned);
+    ASSERT_TRUE(Impl::reads_in_place(q_aligned));
+    Problem<T>::poison(p.out);
+    attention(Space(), q_aligned, p.latent, p.w_uk, p.w_uv, p.out, lse, opt);
+    EXPECT_EQ(Problem<T>::host_copy(p.out), want);
+    EXPECT_EQ(Problem<T>::host_copy(lse), want_lse);
     Kokkos::deep_copy(out_left, T(std::nan("")));
     attention(Space(), q_slice, latent_slice, w_uk_left, p.w_uv, out_left, lse_slice, opt);
     Kokkos::deep_copy(got, out_left);
@@ -250,6 +258,47 @@ TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
     // w_uv given as w_uk: a different but equally valid problem; compare with it row-major.
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uk, p.out, opt);
     EXPECT_EQ(Problem<T>::host_copy(got), Problem<T>::host_copy(p.out));
+  }
+}
+
+// q as 16-byte aligned columns of a wider array (DeepSeek's q beside q_rope
+// in one (B, T, H, 192) projection) is read where it lies: executing a Plan
+// allocates no copy of it, whatever the algorithm; a LayoutLeft q, or a
+// slice of every other query token (rows not evenly spaced across
+// sequences), is copied.
+TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
+  using T = TypeParam;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 23);
+  View4<T> every_other("every_other", s.batch, 2 * s.queries, s.heads, s.head_dim);
+  const auto odd_tokens = Kokkos::subview(every_other, Kokkos::ALL, Kokkos::pair<int, int>(0, int(s.queries)),
+                                          Kokkos::ALL, Kokkos::ALL);
+  Kokkos::deep_copy(odd_tokens, p.q);
+  const auto aligned = in_layout(p.q, Layout::Aligned), left = in_layout(p.q, Layout::Left);
+  EXPECT_FALSE(Impl::reads_in_place(left));
+  EXPECT_FALSE(Impl::reads_in_place(odd_tokens));
+  EXPECT_FALSE(Impl::reads_in_place(in_layout(p.q, Layout::Strided)));  // rows of 13 elements: unaligned
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    SCOPED_TRACE(to_string(a));
+    Options opt;
+    opt.algorithm = a;
+    const Plan<T, Space> plan(Space(), s, opt);
+    plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+    const std::vector<double> want = Problem<T>::host_copy(p.out);
+    auto copies_made = [&](const auto& q) {
+      Problem<T>::poison(p.out);
+      Recorder r;
+      {
+        Recording recording(r);
+        plan.execute(Space(), q, p.latent, p.w_uk, p.w_uv, p.out);
+        Space().fence();
+      }
+      EXPECT_EQ(Problem<T>::host_copy(p.out), want);
+      return allocations_named(r, "KokkosMLA::row_major_copy");
+    };
+    EXPECT_EQ(copies_made(aligned), 0u);
+    EXPECT_EQ(copies_made(left), 1u);
+    EXPECT_EQ(copies_made(odd_tokens), 1u);
   }
 }
 
@@ -285,7 +334,20 @@ void check_blocked_layout(const Impl::FlashGrid& grid, int launch_threads, const
   for (double& x : k) x = uniform(rng);
   for (double& x : v) x = uniform(rng);
   const double scale = 0.3;
-  Kernel f{q.data(), k.data(), v.data(), out.data(), lse.data(), B, T, S, H, D, grid, scale, causal, 0};
+  Kernel f{Impl::packed_rows<const double>(q.data(), H, D),
+           k.data(),
+           v.data(),
+           out.data(),
+           lse.data(),
+           B,
+           T,
+           S,
+           H,
+           D,
+           grid,
+           scale,
+           causal,
+           0};
   Kokkos::TeamPolicy<Host> policy(f.league_size(), launch_threads);
   policy.set_scratch_size(0, Kokkos::PerTeam(Kernel::scratch_bytes(grid, D)));
   Kokkos::parallel_for(policy, f);

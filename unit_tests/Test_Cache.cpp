@@ -3,6 +3,7 @@
 // reference computed on the logical (per-sequence) data.
 
 #include "Reference.hpp"
+#include "ToolsRecorder.hpp"
 #include "impl/KokkosMLA_Backend.hpp"
 #include "impl/KokkosMLA_Compat.hpp"
 
@@ -778,7 +779,7 @@ TYPED_TEST(Cache, RandomProblemsMatchReference) {
     const CacheArguments<T> a = arguments(l, dc);
     cache_attention(Space(), a, opt);
     expect_matches_reference(l, a, opt);
-    const Layout layout = kLayouts[pick(0, 2)];  // the same bits from query-side views of any layout
+    const Layout layout = kLayouts[pick(0, 3)];  // the same bits from query-side views of any layout
     const auto strided = in_layout(a, layout);
     cache_attention(Space(), strided, opt);
     EXPECT_EQ(row_values(strided.out), Problem<T>::host_copy(a.out)) << to_string(layout);
@@ -989,6 +990,46 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
   EXPECT_THROW(CachePlan<T>(Space(), cache_shape(good), negative), std::invalid_argument);
 }
 
+// q and q_rope as 16-byte aligned columns of wider arrays (DeepSeek's query
+// projection split in two) are read where they lie: a CachePlan's execute
+// allocates no copy of them, over a paged cache, packed queries and split
+// parts alike; LayoutLeft ones are copied.
+TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
+  using T = TypeParam;
+  const std::vector<CacheCase> cases = {
+      {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},  // paged, RoPE, Tq = 2
+      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},      // packed, contiguous, an idle slot
+  };
+  std::uint64_t seed = 950;
+  for (const CacheCase& c : cases)
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(describe(c) + " splits " + std::to_string(splits));
+      const Logical l(c, ++seed);
+      const DeviceCache<T> dc(l, seed);
+      const CacheArguments<T> a = arguments(l, dc);
+      Options opt;
+      opt.kv_splits = splits;
+      const CachePlan<T> plan(Space(), cache_shape(a, opt), opt);
+      plan.execute(Space(), a);
+      const std::vector<double> want = Problem<T>::host_copy(a.out);
+      for (Layout layout : {Layout::Aligned, Layout::Left}) {
+        SCOPED_TRACE(to_string(layout));
+        auto s = Impl::strided(a);
+        s.q = in_layout(a.q, layout);
+        s.q_rope = in_layout(a.q_rope, layout);
+        Problem<T>::poison(a.out);
+        Recorder r;
+        {
+          Recording recording(r);
+          plan.execute(Space(), s);
+          Space().fence();
+        }
+        EXPECT_EQ(Problem<T>::host_copy(a.out), want);
+        EXPECT_EQ(allocations_named(r, "KokkosMLA::row_major_copy"), layout == Layout::Aligned ? 0u : 2u);
+      }
+    }
+}
+
 // Query-side views of every layout (LayoutLeft copies, slices of wider
 // arrays with odd padding in every dimension, unit stride in the last) give
 // the contiguous row-major result bit for bit, through CachePlan::execute,
@@ -1039,7 +1080,8 @@ TYPED_TEST(Cache, EveryLayoutEqualsRowMajor) {
         Kokkos::deep_copy(s.out, T(std::nan("")));
         cache_attention(Space(), s, opt);
         EXPECT_EQ(row_values(s.out), want);
-        if (layout == Layout::Strided) {  // the padding around the slices is untouched
+        if (layout == Layout::Strided ||
+            layout == Layout::Aligned) {  // the padding around the slices is untouched
           EXPECT_EQ(count_in_reach(s.out, T(-7)), reach(s.out) - s.out.size());
         }
       }
@@ -1356,7 +1398,9 @@ void expect_within_framework_error(const Logical& l, const Arguments& a, const O
 
 /// A CachePlan<T, ExecSpace> on a case with inputs rounded to T (the cache
 /// stored as `storage`; FP8: against its dequantised values): out and lse
-/// within twice the error of the modelled 16-bit framework. Returns the plan's path.
+/// within twice the error of the modelled 16-bit framework, and the same bits
+/// from q and q_rope as 16-byte aligned columns of wider arrays (read where
+/// they lie, as slices of one query projection are). Returns the plan's path.
 template <class ExecSpace, class T>
 Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed,
                            CacheStorage storage = CacheStorage::Native) {
@@ -1367,6 +1411,15 @@ Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t
   const CachePlan<T, ExecSpace> plan(ExecSpace(), cache_shape(a), opt);
   plan.execute(ExecSpace(), a);
   expect_within_framework_error<T>(l, a, opt, plan.describe());
+  const std::vector<double> out = Problem<T>::host_copy(a.out), lse = Problem<T>::host_copy(a.lse);
+  auto sliced = Impl::strided(a);
+  sliced.q = in_layout(a.q, Layout::Aligned);
+  if (a.q_rope.size() > 0) sliced.q_rope = in_layout(a.q_rope, Layout::Aligned);
+  EXPECT_TRUE(Impl::reads_in_place(sliced.q) && Impl::reads_in_place(sliced.q_rope));
+  Problem<T>::poison(a.out);
+  plan.execute(ExecSpace(), sliced);
+  EXPECT_EQ(Problem<T>::host_copy(a.out), out) << "q sliced: " << plan.describe();
+  EXPECT_EQ(Problem<T>::host_copy(a.lse), lse) << "q sliced: " << plan.describe();
   return plan.path();
 }
 

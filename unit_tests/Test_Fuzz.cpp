@@ -9,6 +9,7 @@
 #include "Reference.hpp"
 
 #include <cstdlib>
+#include <iterator>
 #include <stdexcept>
 
 namespace KokkosMLA {
@@ -74,7 +75,7 @@ TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {
         << "KOKKOSMLA_FUZZ_SEED=" << seed << " algorithm " << to_string(c.opt.algorithm);
     {  // every argument in a layout of its own (in_layout): the same bits
       std::mt19937_64 rng(seed ^ 0x1a7);
-      auto draw = [&] { return kLayouts[rng() % 3]; };
+      auto draw = [&] { return kLayouts[rng() % std::size(kLayouts)]; };
       const Layout lq = draw(), ll = draw(), lk = draw(), lv = draw(), lo = draw();
       const auto out = in_layout(p.out, lo);
       Kokkos::deep_copy(out, TypeParam(std::nan("")));

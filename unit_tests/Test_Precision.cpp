@@ -43,6 +43,12 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   const Plan<T, ExecSpace> plan(ExecSpace(), s, opt);
   plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse);
   Result r{Problem<T>::host_copy(out), Problem<T>::host_copy(lse), plan.describe(), plan.path()};
+  // The same bits from q as 16-byte aligned columns of a wider array, read where it lies.
+  const auto q_slice = in_layout(q, Layout::Aligned);
+  EXPECT_TRUE(Impl::reads_in_place(q_slice));
+  Problem<T>::poison(out);
+  plan.execute(ExecSpace(), q_slice, latent, w_uk, w_uv, out, lse);
+  EXPECT_EQ(Problem<T>::host_copy(out), r.out) << "q sliced: " << r.plan;
   return r;
 }
 
@@ -259,8 +265,17 @@ TYPED_TEST(HalfPrecision, TensorKernelGroupingChangesNothing) {
   std::vector<double> results[2];
   for (int grouped = 0; grouped < 2; ++grouped) {
     using Kernel = Impl::FlashTensorKernel<T, 64>;
-    Kernel f{p.q.data(), k.data(), v.data(), p.out.data(), nullptr, s.batch,
-             s.queries,  s.keys,   s.heads,  0.125f,       true};
+    Kernel f{Impl::packed_rows<const T>(p.q.data(), s.heads, s.head_dim),
+             k.data(),
+             v.data(),
+             p.out.data(),
+             nullptr,
+             s.batch,
+             s.queries,
+             s.keys,
+             s.heads,
+             0.125f,
+             true};
     f.head_group = grouped ? 4 : 1;
     Impl::launch(Space(), "KokkosMLA::test::flash_tensor", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
                  typename Kernel::bounds());

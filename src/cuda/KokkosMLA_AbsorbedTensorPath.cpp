@@ -80,8 +80,9 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   const std::int64_t H = s.heads, D = s.head_dim, R = s.latent_dim, rows = s.batch * s.queries;
   Scalar* qa = qa_.data();
   using Const = HeadMatrices<const Scalar>;
-  tensor_gemm_heads<Scalar>(exec, H, rows, R, D, Const{a.q.data(), H * D, D}, Const{a.w_uk.data(), H * D, D},
-                            true, HeadMatrices<Scalar>{qa, H * R, R});
+  tensor_gemm_heads<Scalar>(exec, H, rows, R, D,
+                            Const{a.q.data(), std::int64_t(head_rows(a.q).row), std::int64_t(a.q.stride(2))},
+                            Const{a.w_uk.data(), H * D, D}, true, HeadMatrices<Scalar>{qa, H * R, R});
   attend_absorbed(exec, a, qa);
   tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{a.w_uv.data(), H * D, D}, false,
                             HeadMatrices<Scalar>{a.out.data(), H * D, D});

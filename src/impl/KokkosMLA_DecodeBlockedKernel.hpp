@@ -192,7 +192,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       T x = T(0);
       if (i < rows && d < w) {
         const std::int64_t at = this->row_index(k, i);
-        x = d < r ? this->workspace[at * r + d] : this->scale * this->q_rope[at * this->rope_dim + d - r];
+        x = d < r ? this->workspace[at * r + d] : this->scale * this->query_rope(k, i)[d - r];
       }
       qs[i * ld + d] = x;
     }

@@ -53,7 +53,7 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
     for (int i = 0; i < rows; ++i) {
       const std::int64_t at = this->row_index(k, i);
       f.put_query(t, i, this->workspace + at * r, 0, r, log2e);
-      if (dr > 0) f.put_query(t, i, this->q_rope + at * dr, r, dr, this->scale * log2e);
+      if (dr > 0) f.put_query(t, i, this->query_rope(k, i), r, dr, this->scale * log2e);
       t.last[i] = typename Flash::I(positions ? this->topk - 1 : this->last_key(k, i));
     }
 

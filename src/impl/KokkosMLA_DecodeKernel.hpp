@@ -156,7 +156,7 @@ struct DecodeKernel : LatentKernel<ExecSpace, T, Step> {
     this->template move_rows<true>(team, k, this->workspace, this->rank, query);
     if (this->rope_dim > 0) {
       const Mat<T> rope_part{query.ptr + this->rank, query.ld};
-      this->template move_rows<true>(team, k, const_cast<T*>(this->q_rope), this->rope_dim, rope_part);
+      this->read_rows(team, k, this->q_rope, this->rope_dim, rope_part);
       const int dr = int(this->rope_dim);
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, k.rows() * dr),
                            [&](const int e) { rope_part(e / dr, e % dr) *= this->scale; });

@@ -42,6 +42,7 @@
 #include <KokkosMLA_Cache.hpp>
 
 #include "KokkosMLA_Fp8Tiles.hpp"
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_Launch.hpp"
 #include "KokkosMLA_Splits.hpp"
 #include "KokkosMLA_TensorOps.hpp"
@@ -61,7 +62,7 @@ struct DecodeOperands {
   static constexpr int kRows = Rows;  // query rows per team
   static constexpr int kKeys = Keys;  // keys per step
   const T* qa;                        // (B, Tq, H, R) absorbed queries, unscaled
-  const T* q_rope;                    // (B, Tq, H, Dr)
+  HeadRows<const T> q_rope;           // (B, Tq, H, Dr)
   LatentKeys<T> cache;                // rows of R latent and Dr RoPE elements (addressing only with FP8)
   Fp8Keys fp8;                        // the tokens of an FP8 cache
   ListedKeys listed;                  // Listed (sparse attention): each query token's keys as a sequence
@@ -75,6 +76,11 @@ struct DecodeOperands {
   int scratch_level = 0;
 
   KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + Rows - 1) / Rows; }
+
+  /// Row n (query t * H + head h) of sequence b's RoPE queries.
+  KOKKOS_INLINE_FUNCTION const T* rope_row(std::int64_t b, std::int64_t n) const {
+    return q_rope.at(b * queries + n / heads, n % heads);
+  }
 
   /// Keys of sequence b (Listed: of query token b).
   KOKKOS_INLINE_FUNCTION std::int64_t length(std::int64_t b) const {
@@ -256,19 +262,20 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     unsigned qf[kSlices][4];
     {
       const auto* qa_seq = reinterpret_cast<const Element*>(qa) + b * rows * kRank;
-      const auto* rope_seq = reinterpret_cast<const Element*>(q_rope) + b * rows * kRope;
-      auto pair = [&](std::int64_t n, int col) -> unsigned {
+      const Element* const rope0 = reinterpret_cast<const Element*>(this->rope_row(b, n0));
+      const Element* const rope1 = reinterpret_cast<const Element*>(this->rope_row(b, n1));
+      auto pair = [&](std::int64_t n, const Element* rope, int col) -> unsigned {
         if (n >= rows) return 0u;
-        const Element* at = col < kRank ? qa_seq + n * kRank + col : rope_seq + n * kRope + col - kRank;
+        const Element* at = col < kRank ? qa_seq + n * kRank + col : rope + (col - kRank);
         return *reinterpret_cast<const unsigned*>(at);
       };
       KOKKOSMLA_UNROLL
       for (int kk = 0; kk < kSlices; ++kk) {
         const int col = warp * kWarpColumns + kk * 16 + 2 * t;
-        qf[kk][0] = pair(n0, col);
-        qf[kk][1] = pair(n1, col);
-        qf[kk][2] = pair(n0, col + 8);
-        qf[kk][3] = pair(n1, col + 8);
+        qf[kk][0] = pair(n0, rope0, col);
+        qf[kk][1] = pair(n1, rope1, col);
+        qf[kk][2] = pair(n0, rope0, col + 8);
+        qf[kk][3] = pair(n1, rope1, col + 8);
       }
     }
     const std::int64_t end0 = row_end(n0) < end ? row_end(n0) : end;
@@ -540,11 +547,11 @@ inline CacheShape decode_shape(CacheShape s) {
 /// qa (B Tq H, R) in, oa out in its place, in parts merged by lse.
 template <class Kernel, class T>
 Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool causal,
-                           const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa, float* parts,
-                           const ListedKeys& listed) {
+                           const CacheArguments<T, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a,
+                           T* qa, float* parts, const ListedKeys& listed) {
   Kernel k;
   k.qa = qa;
-  k.q_rope = a.q_rope.data();
+  k.q_rope = head_rows(a.q_rope);
   if (s.storage == CacheStorage::Native) {
     k.cache = latent_keys<T>(a.cache, s.latent_dim, s.rope_dim);
   } else {
@@ -597,7 +604,8 @@ decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
 /// indices over the listed keys.
 template <template <class, int, CacheStorage, bool> class Kernel, class T>
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
-                     float scale, bool causal, const CacheArguments<T, Kokkos::Cuda::memory_space>& a, T* qa,
+                     float scale, bool causal,
+                     const CacheArguments<T, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a, T* qa,
                      float* parts, const ListedKeys& listed) {
   with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
     attend_decode(exec, label,

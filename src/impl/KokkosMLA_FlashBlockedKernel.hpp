@@ -23,6 +23,7 @@
 // barrier. K and V share one buffer so that a 128-wide fp32 query
 // tile of 32 rows still fits CUDA's 48 KB of level-0 scratch.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TeamOps.hpp"
 
 namespace KokkosMLA {
@@ -68,11 +69,11 @@ struct FlashBlockedKernel {
   static_assert(NR % 4 == 0, "P is read in quads along the keys");
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
-  const T* q;  // (B, T, H, D)
-  const T* k;  // (B, S, H, D)
-  const T* v;  // (B, S, H, D)
-  T* out;      // (B, T, H, D)
-  T* lse;      // (B, T, H), or null when not asked for
+  HeadRows<const T> q;  // (B, T, H, D)
+  const T* k;           // (B, S, H, D)
+  const T* v;           // (B, S, H, D)
+  T* out;               // (B, T, H, D)
+  T* lse;               // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashGrid grid;
   T scale;
@@ -207,7 +208,8 @@ struct FlashBlockedKernel {
     auto quad_aligned = [&](const T* p) {
       return dim % 4 == 0 && reinterpret_cast<std::uintptr_t>(p) % sizeof(Quad<T>) == 0;
     };
-    const bool q_aligned = quad_aligned(q), kv_aligned = quad_aligned(k) && quad_aligned(v);
+    const bool q_aligned = quad_aligned(q.ptr) && q.row % 4 == 0 && q.head % 4 == 0,
+               kv_aligned = quad_aligned(k) && quad_aligned(v);
     const int tr = rank / l.tc, tc = rank % l.tc;
     const bool active = tr < l.tr;  // threads past the grid only stage tiles
 
@@ -224,7 +226,7 @@ struct FlashBlockedKernel {
       row_sum[m] = T(0);
     }
 
-    stage(w, l, q + ((b * queries + t0) * heads + h) * dim, row_stride, rows, l.rows, q_aligned, qs);
+    stage(w, l, q.at(b * queries + t0, h), q.row, rows, l.rows, q_aligned, qs);
     const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     for (std::int64_t s0 = 0; s0 < key_end; s0 += l.cols) {
       const int n_keys = int(min_of<std::int64_t>(l.cols, key_end - s0));

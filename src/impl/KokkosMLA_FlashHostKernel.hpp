@@ -6,6 +6,7 @@
 // scratch, the products on the core's vector unit (KokkosMLA_HostFlash.hpp).
 // K and V rows are read where the decompression GEMM left them.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_HostFlash.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -21,11 +22,11 @@ struct FlashHostKernel {
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   static constexpr int kRows = Flash::kRows;
 
-  const T* q;  // (B, T, H, D)
-  const T* k;  // (B, S, H, D)
-  const T* v;  // (B, S, H, D)
-  T* out;      // (B, T, H, D)
-  T* lse;      // (B, T, H), or null when not asked for
+  HeadRows<const T> q;  // (B, T, H, D)
+  const T* k;           // (B, S, H, D)
+  const T* v;           // (B, S, H, D)
+  T* out;               // (B, T, H, D)
+  T* lse;               // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   T scale;
   bool causal;
@@ -55,7 +56,7 @@ struct FlashHostKernel {
     f.start(t);
     const T to_log2 = scale * T(1.4426950408889634);  // the kernel's exponentials are base 2
     for (int i = 0; i < rows; ++i) {
-      f.put_query(t, i, q + ((b * queries + t0 + i) * heads + h) * dim, 0, d, to_log2);
+      f.put_query(t, i, q.at(b * queries + t0 + i, h), 0, d, to_log2);
       t.last[i] = typename Flash::I(causal ? offset + t0 + i : keys - 1);
     }
 

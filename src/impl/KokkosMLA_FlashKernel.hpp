@@ -5,6 +5,7 @@
 // tile stays in scratch, key/value tiles stream through it, and an online
 // softmax keeps only a running max and sum per row, so no T x S matrix exists.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TeamOps.hpp"
 
 namespace KokkosMLA {
@@ -21,11 +22,11 @@ struct FlashAttentionKernel {
   using ScratchView =
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-  const T* q;  // (B, T, H, D)
-  const T* k;  // (B, S, H, D)
-  const T* v;  // (B, S, H, D)
-  T* out;      // (B, T, H, D)
-  T* lse;      // (B, T, H), or null when not asked for
+  HeadRows<const T> q;  // (B, T, H, D)
+  const T* k;           // (B, S, H, D)
+  const T* v;           // (B, S, H, D)
+  T* out;               // (B, T, H, D)
+  T* lse;               // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashTiles tiles;
   T scale;
@@ -79,7 +80,7 @@ struct FlashAttentionKernel {
     const Mat<T> ps{base + l.p, tiles.key_tile}, os{base + l.o, dim};
     const SoftmaxRows<T> st{base + l.max, base + l.sum, base + l.rescale};
 
-    team_copy(team, rows, d, Mat<const T>{q + ((b * queries + t0) * heads + h) * dim, row_stride}, qs);
+    team_copy(team, rows, d, Mat<const T>{q.at(b * queries + t0, h), q.row}, qs);
     softmax_init(team, rows, st);
     const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     auto last_key = [&](int i) { return causal ? offset + t0 + i : keys - 1; };

@@ -25,6 +25,7 @@
 // 2.90 ms on (1,4096,128,128,512) bf16, and 0.095 vs 0.074 ms on
 // (4,1024,16,64,256).
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TensorOps.hpp"
 
 #if KOKKOSMLA_ENABLE_SM80
@@ -41,11 +42,11 @@ struct FlashTile {
 /// Hopper) share: their operands, and the order in which teams take tiles.
 template <class T, int D>
 struct FlashOperands {
-  const T* q;  // (B, T, H, D)
-  const T* k;  // (B, S, H, D)
-  const T* v;  // (B, S, H, D)
-  T* out;      // (B, T, H, D)
-  float* lse;  // (B, T, H), or null when not asked for
+  HeadRows<const T> q;  // (B, T, H, D)
+  const T* k;           // (B, S, H, D)
+  const T* v;           // (B, S, H, D)
+  T* out;               // (B, T, H, D)
+  float* lse;           // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads;
   float scale;
   bool causal;
@@ -143,7 +144,7 @@ struct FlashTensorKernel : FlashOperands<T, D> {
     const FlashTile at = this->locate(team.league_rank(), query_tiles());
     const std::int64_t b = at.b, h = at.h, q0 = at.tile * kRows;
 
-    const auto* qh = reinterpret_cast<const Element*>(q) + (b * queries * heads + h) * D;
+    const auto* qh = reinterpret_cast<const Element*>(q.at(b * queries, h));
     const auto* kh = reinterpret_cast<const Element*>(k) + (b * keys * heads + h) * D;
     const auto* vh = reinterpret_cast<const Element*>(v) + (b * keys * heads + h) * D;
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
@@ -160,8 +161,8 @@ struct FlashTensorKernel : FlashOperands<T, D> {
     // This lane's rows g and g + 8 of the warp's 16, as A fragments over D.
     const std::int64_t row0 = q0 + warp * 16 + g, row1 = row0 + 8;
     typename Ops::QFragments qa;
-    Ops::load_q(qa, row0 < queries ? qh + row0 * heads * D : nullptr,
-                row1 < queries ? qh + row1 * heads * D : nullptr, t);
+    Ops::load_q(qa, row0 < queries ? qh + row0 * q.row : nullptr,
+                row1 < queries ? qh + row1 * q.row : nullptr, t);
 
     float o[kOutTiles][4];
     KOKKOSMLA_UNROLL

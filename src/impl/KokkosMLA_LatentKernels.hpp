@@ -19,6 +19,7 @@
 // (the up-projection is linear, so merging in the latent space is exact);
 // Merge merges only, for DecodeKernel's path, which up-projects separately.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TeamOps.hpp"
 
 namespace KokkosMLA {
@@ -127,8 +128,8 @@ struct LatentKernel {
   static constexpr bool needs_full_team = false;
   using bounds = Kokkos::LaunchBounds<>;
 
-  const T* q = nullptr;       // (B, T, H, D)
-  const T* q_rope = nullptr;  // (B, T, H, Dr), or null
+  HeadRows<const T> q;       // (B, T, H, D)
+  HeadRows<const T> q_rope;  // (B, T, H, Dr), or null
   LatentKeys<T> cache;
   const T* w_uk = nullptr;  // (R, H, D)
   const T* w_uv = nullptr;  // (R, H, D)
@@ -208,16 +209,33 @@ struct LatentKernel {
   /// Copies the block's rows between a (B, T, H, width) tensor and a rows x width
   /// matrix in scratch, one head's tokens at a time (those rows are evenly strided).
   template <bool ToScratch>
-  KOKKOS_INLINE_FUNCTION void move_rows(const Member& team, const Block& k, T* tensor, std::int64_t width,
-                                        Mat<T> rows) const {
+  KOKKOS_INLINE_FUNCTION void move_rows(const Member& team, const Block& k, HeadRows<T> tensor,
+                                        std::int64_t width, Mat<T> rows) const {
     for (int g = 0; g < k.heads; ++g) {
-      const Mat<T> global{tensor + ((k.b * queries + k.t0) * heads + k.h0 + g) * width, heads * width};
+      const Mat<T> global{tensor.at(k.b * queries + k.t0, k.h0 + g), tensor.row};
       const Mat<T> local{rows.ptr + std::int64_t(g) * k.tokens * rows.ld, rows.ld};
       if (ToScratch)
         team_copy(team, k.tokens, int(width), Mat<const T>{global.ptr, global.ld}, local);
       else
         team_copy(team, k.tokens, int(width), Mat<const T>{local.ptr, local.ld}, global);
     }
+  }
+
+  /// As above for a row-major tensor.
+  template <bool ToScratch>
+  KOKKOS_INLINE_FUNCTION void move_rows(const Member& team, const Block& k, T* tensor, std::int64_t width,
+                                        Mat<T> rows) const {
+    move_rows<ToScratch>(team, k, packed_rows(tensor, heads, width), width, rows);
+  }
+  /// Queries, read into scratch only.
+  KOKKOS_INLINE_FUNCTION void read_rows(const Member& team, const Block& k, HeadRows<const T> tensor,
+                                        std::int64_t width, Mat<T> rows) const {
+    move_rows<true>(team, k, HeadRows<T>{const_cast<T*>(tensor.ptr), tensor.row, tensor.head}, width, rows);
+  }
+
+  /// Row i of the block's RoPE queries (the row of row_index(k, i)).
+  KOKKOS_INLINE_FUNCTION const T* query_rope(const Block& k, int i) const {
+    return q_rope.at(k.b * queries + k.t0 + i % k.tokens, k.h0 + i / k.tokens);
   }
 
   /// Element of lse-shaped (B, T, H) data for row i of the block.
@@ -395,12 +413,12 @@ struct LatentKernel {
     T* stage = base + l.stage;
 
     if (absorbs) {
-      move_rows<true>(team, k, const_cast<T*>(q), dim, rows_d);
+      read_rows(team, k, q, dim, rows_d);
       absorb(team, k, rows_d, stage, qa);
     }
     if (Step == LatentStep::Absorb) move_rows<false>(team, k, workspace, rank, qa);
     if (Step == LatentStep::Attend) move_rows<true>(team, k, workspace, rank, qa);
-    if (attends && rope_dim > 0) move_rows<true>(team, k, const_cast<T*>(q_rope), rope_dim, qr);
+    if (attends && rope_dim > 0) read_rows(team, k, q_rope, rope_dim, qr);
     if (attends) attend(team, k, qa, qr, stage, p, st, base + l.partial, oa);
     if (Step == LatentStep::Attend) move_rows<false>(team, k, workspace, rank, oa);
     if (Step == LatentStep::Split) move_rows<false>(team, k, part_oa(k.part), rank, oa);

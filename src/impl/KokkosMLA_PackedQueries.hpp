@@ -11,17 +11,20 @@
 
 #include <KokkosMLA_Cache.hpp>
 
+#include "KokkosMLA_HeadRows.hpp"
+
 namespace KokkosMLA {
 namespace Impl {
 
-/// Row copies between packed (total, width) and padded (B, Tq, width) arrays.
+/// Row copies between packed (total, heads, head_width) rows, which may be
+/// strided (HeadRows), and padded (B, Tq, heads, head_width) row-major arrays.
 template <class T, class MemorySpace>
 struct PackedRowCopy {
   Kokkos::View<const int*, Kokkos::LayoutRight, MemorySpace> offsets;  // (B + 1)
   std::int64_t queries = 0;                                            // Tq of the padded array
-  std::int64_t width = 0;                                              // elements per row
-  const T* from = nullptr;
-  T* to = nullptr;
+  std::int64_t heads = 0, head_width = 0;
+  HeadRows<T> packed;
+  T* padded = nullptr;
   bool to_padded = true;  // packed -> padded (zeros in the padding), else padded -> packed
 
   /// The packed row of padded row (b, i), or -1 for padding.
@@ -32,19 +35,20 @@ struct PackedRowCopy {
   }
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t e) const {
-    const std::int64_t padded = e / width, k = e % width;
-    const std::int64_t row = packed_row(padded / queries, padded % queries);
+    const std::int64_t width = heads * head_width, padded_row = e / width, k = e % width;
+    const std::int64_t row = packed_row(padded_row / queries, padded_row % queries);
+    T* const at = row >= 0 ? packed.at(row, k / head_width) + k % head_width : nullptr;
     if (to_padded)
-      to[e] = row >= 0 ? from[row * width + k] : T(0);
-    else if (row >= 0)
-      to[row * width + k] = from[e];
+      padded[e] = at ? *at : T(0);
+    else if (at)
+      *at = padded[e];
   }
 };
 
 template <class Scalar, class ExecSpace>
 class PackedQueries {
  public:
-  using arguments = CacheArguments<Scalar, typename ExecSpace::memory_space>;
+  using arguments = CacheArguments<Scalar, typename ExecSpace::memory_space, Kokkos::LayoutStride>;
 
   /// Padded buffers for `shape` (packed_queries, queries = the most per sequence).
   explicit PackedQueries(const CacheShape& s)
@@ -59,21 +63,26 @@ class PackedQueries {
   arguments padded(const ExecSpace& exec, const arguments& a) const {
     arguments p = a;
     p.query_offsets = {};
-    copy(exec, a, a.q.data(), q_.data(), row_width(q_), true);
+    copy(exec, a, writable(head_rows(a.q)), q_, true);
     p.q = q_;
     if (a.q_rope.size() > 0) {
-      copy(exec, a, a.q_rope.data(), q_rope_.data(), row_width(q_rope_), true);
+      copy(exec, a, writable(head_rows(a.q_rope)), q_rope_, true);
       p.q_rope = q_rope_;
     }
     p.out = out_;
-    p.lse = a.lse.size() > 0 ? lse_ : typename arguments::Lse();
+    p.lse = {};
+    if (a.lse.size() > 0) p.lse = lse_;
     return p;
   }
 
   /// Copies the valid rows of the padded results into a's out and lse.
   void unpad(const ExecSpace& exec, const arguments& a) const {
-    copy(exec, a, out_.data(), a.out.data(), row_width(out_), false);
-    if (a.lse.size() > 0) copy(exec, a, lse_.data(), a.lse.data(), std::int64_t(lse_.extent(2)), false);
+    copy(exec, a, head_rows(a.out), out_, false);
+    if (a.lse.size() > 0) {
+      const HeadRows<typename arguments::Lse::value_type> lse = {a.lse.data(), std::int64_t(a.lse.stride(1)),
+                                                                 1};
+      copy(exec, a, lse, lse_, false);
+    }
   }
 
   std::size_t bytes() const {
@@ -84,21 +93,26 @@ class PackedQueries {
  private:
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   Rank4 q_, q_rope_, out_;
-  typename arguments::Lse lse_;
+  Kokkos::View<compute_type<Scalar>***, Kokkos::LayoutRight, typename ExecSpace::memory_space> lse_;
 
-  static std::int64_t row_width(const Rank4& v) { return std::int64_t(v.extent(2) * v.extent(3)); }
+  /// Queries are only read: the copy's element type is not const.
+  static HeadRows<Scalar> writable(HeadRows<const Scalar> r) {
+    return {const_cast<Scalar*>(r.ptr), r.row, r.head};
+  }
 
-  template <class T>
-  void copy(const ExecSpace& exec, const arguments& a, const T* from, T* to, std::int64_t width,
+  /// Between packed rows and padded (B, Tq, H, width) or (B, Tq, H) buffers.
+  template <class T, class Padded>
+  void copy(const ExecSpace& exec, const arguments& a, HeadRows<T> packed, const Padded& padded,
             bool to_padded) const {
     PackedRowCopy<T, typename ExecSpace::memory_space> f;
     f.offsets = a.query_offsets;
     f.queries = std::int64_t(q_.extent(1));
-    f.width = width;
-    f.from = from;
-    f.to = to;
+    f.heads = std::int64_t(padded.extent(2));
+    f.head_width = int(Padded::rank) == 4 ? std::int64_t(padded.extent(3)) : 1;
+    f.packed = packed;
+    f.padded = padded.data();
     f.to_padded = to_padded;
-    const std::int64_t elements = std::int64_t(q_.extent(0)) * f.queries * width;
+    const std::int64_t elements = std::int64_t(q_.extent(0)) * f.queries * f.heads * f.head_width;
     Kokkos::parallel_for(
         to_padded ? "KokkosMLA::CachePlan::pad_queries" : "KokkosMLA::CachePlan::unpad_results",
         Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, elements), f);

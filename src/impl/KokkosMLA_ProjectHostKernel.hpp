@@ -23,9 +23,9 @@ struct ProjectHostKernel {
   using ScratchView =
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
-  const T* from = nullptr;  // (rows, heads, in_width)
-  T* to = nullptr;          // (rows, heads, out_width)
-  const T* w = nullptr;     // (R, heads, D)
+  HeadRows<const T> from;  // (rows, heads, in_width)
+  T* to = nullptr;         // (rows, heads, out_width)
+  const T* w = nullptr;    // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   T alpha = 1;
   int scratch_level = 0;
@@ -43,8 +43,8 @@ struct ProjectHostKernel {
     ScratchView scratch(team.team_scratch(scratch_level), f.scratch_elements());
     const typename Flash::Tiles t = f.tiles(scratch.data());
     f.start(t);
-    const std::int64_t in_width = Absorb ? dim : rank, out_width = Absorb ? rank : dim;
-    auto in = [&](int i) { return from + ((r0 + i) * heads + h) * in_width; };
+    const std::int64_t out_width = Absorb ? rank : dim;
+    auto in = [&](int i) { return from.at(r0 + i, h); };
     auto out = [&](int i) { return to + ((r0 + i) * heads + h) * out_width; };
     const T* weight_rows[Flash::kKeys];
     if (Absorb) {

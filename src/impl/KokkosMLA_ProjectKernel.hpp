@@ -11,6 +11,7 @@
 // rows and the weight slice stream through scratch in chunks of the inner
 // dimension, the output block accumulates in scratch.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TeamOps.hpp"
 
 namespace KokkosMLA {
@@ -30,9 +31,9 @@ struct ProjectKernel {
   static constexpr bool needs_full_team = false;
   using bounds = Kokkos::LaunchBounds<>;
 
-  const T* from = nullptr;  // (rows, heads, in_width)
-  T* to = nullptr;          // (rows, heads, out_width)
-  const T* w = nullptr;     // (R, heads, D)
+  HeadRows<const T> from;  // (rows, heads, in_width)
+  T* to = nullptr;         // (rows, heads, out_width)
+  const T* w = nullptr;    // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   ProjectTiles tiles;
   T alpha = 1;
@@ -75,10 +76,9 @@ struct ProjectKernel {
     const Mat<T> a{scratch.data() + l.a, tiles.chunk + 1};
     T* const b = scratch.data() + l.b;
     const Mat<T> c{scratch.data() + l.c, tiles.columns};
-    const std::int64_t in_ld = heads * in_width();
     for (std::int64_t k0 = 0; k0 < in_width(); k0 += tiles.chunk) {
       const int kc = int(min_of<std::int64_t>(tiles.chunk, in_width() - k0));
-      team_copy(team, m, kc, Mat<const T>{from + (r0 * heads + h) * in_width() + k0, in_ld}, a);
+      team_copy(team, m, kc, Mat<const T>{from.at(r0, h) + k0, from.row}, a);
       // Rows of w[:, h, :] are contiguous along D: copy them as they lie (coalesced).
       if (Absorb) {  // B(k, j) = w[c0 + j, h, k0 + k]
         team_copy(team, n, kc, Mat<const T>{w + (c0 * heads + h) * dim + k0, heads * dim},

@@ -5,6 +5,8 @@
 
 #include <KokkosMLA_Precision.hpp>
 
+#include "KokkosMLA_HeadRows.hpp"
+
 #include <cstdint>
 
 namespace KokkosMLA {
@@ -16,6 +18,18 @@ struct ConvertKernel {
   To* to;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     to[i] = static_cast<To>(static_cast<float>(from[i]));
+  }
+};
+
+/// Rows (r, h) of `from` (HeadRows) into a row-major (rows, heads, width) `to`.
+template <class From, class To>
+struct ConvertRowsKernel {
+  HeadRows<const From> from;
+  To* to;
+  std::int64_t heads, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t c = i % width, h = (i / width) % heads, r = i / (width * heads);
+    to[i] = static_cast<To>(static_cast<float>(from.at(r, h)[c]));
   }
 };
 
@@ -41,6 +55,17 @@ struct FloatPieces {
   float* widen(const ExecSpace& exec, const From* from, std::int64_t n) {
     float* piece = take(n);
     convert(exec, "KokkosMLA::widen", from, piece, n);
+    return piece;
+  }
+  /// The next rows * heads * width floats, holding rows (r, h) of from widened.
+  template <class ExecSpace, class From>
+  float* widen_rows(const ExecSpace& exec, HeadRows<const From> from, std::int64_t rows, std::int64_t heads,
+                    std::int64_t width) {
+    float* piece = take(rows * heads * width);
+    Kokkos::parallel_for(
+        "KokkosMLA::widen",
+        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
+        ConvertRowsKernel<From, float>{from, piece, heads, width});
     return piece;
   }
 };

@@ -115,8 +115,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.tiles = latent_tiles_of(config_);
     k.scale = Scalar(problem_.scale);
     k.causal = problem_.options.causal;
-    k.q = a.q.data();
-    k.q_rope = a.q_rope.data();
+    k.q = head_rows(a.q);
+    k.q_rope = head_rows(a.q_rope);
     k.w_uk = a.w_uk.data();
     k.w_uv = a.w_uv.data();
     k.out = a.out.data();
@@ -145,12 +145,14 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   template <class Attend>
   void absorb_attend_project(const ExecSpace& exec, const Call& a, Attend attend) const {
     Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
-    project<true>(exec, "KokkosMLA::CacheAttention::absorb", a.q.data(), qa, a.w_uk.data(),
+    project<true>(exec, "KokkosMLA::CacheAttention::absorb", head_rows(a.q), qa, a.w_uk.data(),
                   Scalar(problem_.scale));
     attend();
     if (splits_ > 1)
       launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bound<LatentStep::Merge>(a), config_);
-    project<false>(exec, "KokkosMLA::CacheAttention::up_project", qa, a.out.data(), a.w_uv.data(), Scalar(1));
+    project<false>(exec, "KokkosMLA::CacheAttention::up_project",
+                   packed_rows<const Scalar>(qa, problem_.shape.heads, problem_.shape.latent_dim),
+                   a.out.data(), a.w_uv.data(), Scalar(1));
   }
 
   /// A projection kernel of the problem's extents (pointers unset).
@@ -166,8 +168,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   }
 
   template <bool Absorb>
-  void project(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to, const Scalar* w,
-               Scalar alpha) const {
+  void project(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, Scalar* to,
+               const Scalar* w, Scalar alpha) const {
     if constexpr (is_host_space<ExecSpace>()) {
       if (host_projections_) return project_on_host<Absorb>(exec, label, from, to, w, alpha);
     }
@@ -183,7 +185,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   /// The projections on a host core's vector unit (ProjectHostKernel), one
   /// team per (head, block of rows).
   template <bool Absorb>
-  void project_on_host(const ExecSpace& exec, const char* label, const Scalar* from, Scalar* to,
+  void project_on_host(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, Scalar* to,
                        const Scalar* w, Scalar alpha) const {
     const CacheShape& s = problem_.shape;
     ProjectHostKernel<ExecSpace, Scalar, Absorb> k;

@@ -57,7 +57,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
   template <class Kernel, class... Tiles>
   Kernel flash_kernel(const Call& c, const Scalar* k, int scratch_level, const Tiles&... tiles) const {
     const Shape& s = problem_.shape;
-    return Kernel{c.q.data(),
+    return Kernel{head_rows(c.q),
                   k,
                   k + Impl::kv_elements(s),
                   c.out.data(),

@@ -44,7 +44,7 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     k.tiles = latent_tiles_of(config_);
     k.scale = Scalar(problem_.scale);
     k.causal = problem_.options.causal;
-    k.q = c.q.data();
+    k.q = head_rows(c.q);
     k.cache.latent = c.latent.data();
     k.w_uk = c.w_uk.data();
     k.w_uv = c.w_uv.data();

@@ -58,7 +58,9 @@ class PlannedPrefill {
 template <class Scalar, class ExecSpace>
 class PlannedCache {
  public:
-  using Call = CacheArguments<Scalar, typename ExecSpace::memory_space>;
+  /// q and q_rope as the kernels read them in place (reads_in_place), every
+  /// other view row-major without gaps.
+  using Call = CacheArguments<Scalar, typename ExecSpace::memory_space, Kokkos::LayoutStride>;
   virtual ~PlannedCache() = default;
   virtual Path path() const = 0;
   virtual int splits() const = 0;

@@ -65,7 +65,9 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
     const Shape& s = widened_.plan.shape();
     FloatPieces pieces{widened_.buffer.data()};
     auto widen = [&](const auto& v) { return pieces.widen(exec, v.data(), std::int64_t(v.size())); };
-    const typename Float::ConstRank4 qw(widen(c.q), s.batch, s.queries, s.heads, s.head_dim);
+    const typename Float::ConstRank4 qw(
+        pieces.widen_rows(exec, head_rows(c.q), s.batch * s.queries, s.heads, s.head_dim), s.batch, s.queries,
+        s.heads, s.head_dim);
     const typename Float::ConstRank3 lw(widen(c.latent), s.batch, s.keys, s.latent_dim);
     const typename Float::ConstRank3 kw(widen(c.w_uk), s.latent_dim, s.heads, s.head_dim);
     const typename Float::ConstRank3 vw(widen(c.w_uv), s.latent_dim, s.heads, s.head_dim);
@@ -143,7 +145,7 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
 
   void run(const ExecSpace& exec, const typename PlannedCache<Scalar, ExecSpace>::Call& a) const override {
     const CacheShape& s = widened_.plan.shape();
-    using Inner = CacheArguments<C, memory_space>;
+    using Inner = CacheArguments<C, memory_space>;  // row-major views of the widened pieces
     const std::int64_t rows = s.batch * s.queries * s.heads, width = s.latent_dim + s.rope_dim;
     const std::int64_t tokens = s.batch * s.capacity * width;
     C* const gathered = widened_.buffer.data();
@@ -157,7 +159,7 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
       Kokkos::parallel_for("KokkosMLA::widen_cache", each,
                            GatherKernel<Scalar>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
                                                 gathered, s.capacity, s.latent_dim, width});
-    Inner f;
+    CacheArguments<C, memory_space, Kokkos::LayoutStride> f;
     f.cache.latent = typename LatentCache<C, memory_space>::Tokens(gathered, s.batch, s.capacity, width);
     f.cache.seqlens = a.cache.seqlens;
     f.lse = a.lse;
@@ -165,11 +167,13 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
     if constexpr (widens) {
       FloatPieces pieces{gathered + tokens};
       auto widen = [&](const Scalar* from, std::int64_t n) { return pieces.widen(exec, from, n); };
-      f.q = typename Inner::ConstRank4(widen(a.q.data(), rows * s.head_dim), s.batch, s.queries, s.heads,
-                                       s.head_dim);
-      if (s.rope_dim > 0)
-        f.q_rope = typename Inner::ConstRank4(widen(a.q_rope.data(), rows * s.rope_dim), s.batch, s.queries,
-                                              s.heads, s.rope_dim);
+      auto widen_queries = [&](const auto& v, std::int64_t columns) {
+        return typename Inner::ConstRank4(
+            pieces.widen_rows(exec, head_rows(v), s.batch * s.queries, s.heads, columns), s.batch, s.queries,
+            s.heads, columns);
+      };
+      f.q = widen_queries(a.q, s.head_dim);
+      if (s.rope_dim > 0) f.q_rope = widen_queries(a.q_rope, s.rope_dim);
       const std::int64_t weights = s.latent_dim * s.heads * s.head_dim;
       f.w_uk = typename Inner::ConstRank3(widen(a.w_uk.data(), weights), s.latent_dim, s.heads, s.head_dim);
       f.w_uv = typename Inner::ConstRank3(widen(a.w_uv.data(), weights), s.latent_dim, s.heads, s.head_dim);

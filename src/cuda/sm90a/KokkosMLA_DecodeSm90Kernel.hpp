@@ -112,14 +112,14 @@ struct DecodeSm90Kernel
   __device__ void stage_queries(std::int64_t b, std::int64_t first, char* to, int rank) const {
     const std::int64_t rows = queries * heads;
     const auto* qa_seq = reinterpret_cast<const Element*>(qa) + b * rows * kRank;
-    const auto* rope_seq = reinterpret_cast<const Element*>(q_rope) + b * rows * kRope;
     for (int i = rank; i < kRows * kPieces; i += kThreads) {
       const int row = i / kPieces, piece = i % kPieces;
       const std::int64_t n = first + row;
       const bool valid = n < rows;
-      const Element* from = !valid              ? qa_seq
-                            : piece < kRank / 8 ? qa_seq + n * kRank + 8 * piece
-                                                : rope_seq + n * kRope + 8 * piece - kRank;
+      const Element* from =
+          !valid              ? qa_seq
+          : piece < kRank / 8 ? qa_seq + n * kRank + 8 * piece
+                              : reinterpret_cast<const Element*>(this->rope_row(b, n)) + (8 * piece - kRank);
       copy_async<CopyVia::L2>(to + wgmma::swizzled_offset(kRows, row, 8 * piece), from, valid);
     }
   }

@@ -85,7 +85,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     KOKKOSMLA_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       const int i = rank + pass * kThreads, row = i / kPieces, piece = i % kPieces;
-      const auto* from = reinterpret_cast<const float*>(head + (q0 + row) * heads * D + 8 * piece);
+      const auto* from = reinterpret_cast<const float*>(head + (q0 + row) * q.row + 8 * piece);
       const bool valid = q0 + row < queries;
       KOKKOSMLA_UNROLL
       for (int w = 0; w < 4; ++w) word[pass][w] = valid ? from[w] : 0.f;
@@ -141,7 +141,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     const int row0 = 64 * group + 16 * ((rank % 128) / 32) + lane / 4;  // this thread's rows: row0, row0 + 8
     const FlashTile at = this->locate(team.league_rank(), query_tiles());
     const std::int64_t q0 = at.tile * kRows, pair = (at.b * keys) * heads + at.h;
-    const auto* qh = reinterpret_cast<const Element*>(q) + (at.b * queries * heads + at.h) * D;
+    const auto* qh = reinterpret_cast<const Element*>(q.at(at.b * queries, at.h));
     const auto* kh = reinterpret_cast<const Element*>(k) + pair * D;
     const auto* vh = reinterpret_cast<const Element*>(v) + pair * D;
 

@@ -1,0 +1,41 @@
+#ifndef KOKKOSMLA_HEADROWS_HPP
+#define KOKKOSMLA_HEADROWS_HPP
+// How every kernel addresses a (B, T, H, width) tensor such as q: by token
+// row (b * T + t) and head, each head's width values contiguous. Row-major
+// tensors have strides H * width and width; a slice of a wider array (the
+// first 128 of a (B, T, H, 192) query projection's columns) has larger ones
+// and is read where it lies, without a copy.
+
+#include <Kokkos_Core.hpp>
+
+#include <cstdint>
+
+namespace KokkosMLA {
+namespace Impl {
+
+template <class T>
+struct HeadRows {
+  T* ptr = nullptr;
+  std::int64_t row = 0;   ///< elements from token row r to r + 1
+  std::int64_t head = 0;  ///< elements from head h to h + 1
+  KOKKOS_INLINE_FUNCTION T* at(std::int64_t r, std::int64_t h) const { return ptr + r * row + h * head; }
+};
+
+/// The rows of a row-major (..., H, width) tensor at p.
+template <class T>
+KOKKOS_INLINE_FUNCTION HeadRows<T> packed_rows(T* p, std::int64_t heads, std::int64_t width) {
+  return {p, heads * width, width};
+}
+
+/// The rows of a rank-4 view whose (b, t) rows are evenly spaced and whose
+/// last stride is one (what Impl::reads_in_place accepts, or row-major).
+template <class V>
+HeadRows<typename V::value_type> head_rows(const V& v) {
+  static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
+  return {v.data(), std::int64_t(v.extent(1) > 1 ? v.stride(1) : v.stride(0)), std::int64_t(v.stride(2))};
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
