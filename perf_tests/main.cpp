@@ -578,9 +578,9 @@ void register_decode_attention(const char* type) {
 #ifdef KOKKOS_ENABLE_CUDA
 /// The CachePlan's execute() captured once into a CUDA graph (index checks
 /// off) and replayed: what a serving engine's graph of a decode step costs.
-template <class T>
+template <class T, CacheStorage Storage = CacheStorage::Native>
 void run_decode_graph(benchmark::State& state, DecodeShape d) {
-  DecodeInputs<T> in(d);
+  DecodeInputs<T> in(d, Storage);
   Options opt;
   opt.check_cache_indices = false;
   const Space exec =
@@ -636,6 +636,10 @@ void run_decode_attention_fp8(benchmark::State& state, DecodeShape d) {
 
 void register_decode_fp8() {
   register_decode_kind("decode", "fp8", DecodeShapes::FlashMLA, &run_decode_fp8);
+#ifdef KOKKOS_ENABLE_CUDA
+  register_decode_kind("decode_graph", "fp8", DecodeShapes::FlashMLA,
+                       &run_decode_graph<Kokkos::Experimental::bhalf_t, CacheStorage::Fp8PerBlock>);
+#endif
 #if KOKKOSMLA_ENABLE_SM80
   register_decode_kind("decode_attention", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8);
   // Sparse decode's attention step (index listing included), FP8 as FlashMLA stores it and bf16.

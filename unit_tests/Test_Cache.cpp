@@ -1668,25 +1668,30 @@ void set_device(const V& v, std::mt19937_64& rng) {
 
 /// A decode step (append one token per sequence, then attend) with index
 /// checks off, captured once and replayed on new queries, new tokens, new
-/// lengths and a new block table, gives the same bits as the step run directly.
+/// lengths and a new block table, gives the same bits as the step run
+/// directly; over a cache stored as `storage` (FP8: appends quantise).
 template <class T>
-void expect_captured_step_matches_direct() {
-  const CacheCase c{3, 1, 16, 16, 512, 64, 256, 64, false, {200, 37, 256}};
-  const Logical l = [&] {
+void expect_captured_step_matches_direct(CacheStorage storage = CacheStorage::Native) {
+  const bool fp8 = storage != CacheStorage::Native;
+  CacheCase c{3, 1, 16, 16, 512, 64, 256, 64, false, {200, 37, 256}};
+  if (fp8) c.lengths = {256, 256, 256};  // every token quantised from the start: replays may read any
+  Logical l = [&] {
     if constexpr (is_half_precision<T>::value)
       return rounded_to<T>(c, 61);
     else
       return Logical(c, 61);
   }();
-  const DeviceCache<T> dc(l, 61);
+  const DeviceCache<T> dc = fp8 ? fp8_device_cache<T>(l, storage, 61) : DeviceCache<T>(l, 61);
   const CacheArguments<T> a = arguments(l, dc);
   View3<T> new_latent("new_latent", c.batch, 1, c.latent_dim), new_rope("new_rope", c.batch, 1, c.rope_dim);
   Options opt;
   opt.check_cache_indices = false;
   std::mt19937_64 rng(5);
   // New lengths and page orders reach rows and pages no sequence held: every row finite.
-  set_device(dc.cache.latent, rng);
-  set_device(dc.cache.k_rope, rng);
+  if (!fp8) {
+    set_device(dc.cache.latent, rng);
+    set_device(dc.cache.k_rope, rng);
+  }
   const Kokkos::Cuda exec = Impl::two_instances(Space())[0];
   const CachePlan<T, Kokkos::Cuda> plan(exec, cache_shape(a), opt);
   auto step = [&] {
@@ -1696,7 +1701,8 @@ void expect_captured_step_matches_direct() {
   step();  // the first call sets up what a capture cannot (the cuBLAS handle)
   exec.fence();
   const cudaGraphExec_t graph = capture(exec, step);
-  const std::int64_t pages = std::int64_t(dc.cache.latent.extent(0)), per_sequence = c.capacity / c.page;
+  const std::int64_t pages = std::int64_t(fp8 ? dc.cache.fp8.tokens.extent(0) : dc.cache.latent.extent(0));
+  const std::int64_t per_sequence = c.capacity / c.page;
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
     set_device(new_latent, rng);
@@ -1738,7 +1744,10 @@ TYPED_TEST(Cache, CapturedDecodeStepReplaysAsDirect) {
 #if KOKKOSMLA_HAS_HALF || KOKKOSMLA_HAS_BHALF
 TYPED_TEST(HalfCache, CapturedDecodeStepReplaysAsDirect) {
   if (!std::is_same<Space, Kokkos::Cuda>::value) GTEST_SKIP() << "CUDA graphs";
-  expect_captured_step_matches_direct<TypeParam>();
+  for (CacheStorage storage : {CacheStorage::Native, CacheStorage::Fp8PerBlock, CacheStorage::Fp8PerTensor}) {
+    SCOPED_TRACE(to_string(storage));
+    expect_captured_step_matches_direct<TypeParam>(storage);
+  }
 }
 #endif
 #endif
