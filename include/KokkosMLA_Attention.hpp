@@ -216,7 +216,8 @@ Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Opti
 
 /// A problem shape bound to an execution space: chooses the algorithm and tiles
 /// once and owns the workspace, so that execute() allocates nothing (for
-/// contiguous LayoutRight views; others are read through copies it makes).
+/// contiguous LayoutRight views and query slices it reads in place,
+/// reads_in_place; others are read through copies it makes).
 /// Instances exist for float, double and, where Kokkos has them, half_t and
 /// bhalf_t (KokkosMLA_Precision.hpp) on Kokkos::DefaultExecutionSpace and
 /// Kokkos::DefaultHostExecutionSpace. A Plan's workspace is shared by its

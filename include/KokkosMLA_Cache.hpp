@@ -44,7 +44,9 @@ struct LatentCache {
 /// Layout is that of q, q_rope, w_uk, w_uv, out and lse: LayoutRight (the
 /// kernels' own), LayoutLeft, or LayoutStride, which also takes LayoutRight
 /// and LayoutLeft views and slices of wider arrays, e.g. the first 128 of
-/// 192 columns of a (B, Tq, H, 192) query projection. Views that are not
+/// 192 columns of a (B, Tq, H, 192) query projection. q and q_rope are read
+/// where they lie when their heads are unit-stride and their rows evenly
+/// spaced and 16-byte aligned (such slices are); other views that are not
 /// row-major without gaps are read through row-major copies made per call
 /// (out and lse copied back); the cache, indices and offsets stay LayoutRight.
 template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
