@@ -93,6 +93,8 @@ module kokkosmla
   public :: kokkosmla_attention, kokkosmla_error_message
   public :: kokkosmla_cache_plan_create_f, kokkosmla_cache_plan_create_d
   public :: kokkosmla_cache_plan_execute_f, kokkosmla_cache_plan_execute_d
+  public :: kokkosmla_plan_execute_strided_f, kokkosmla_plan_execute_strided_d
+  public :: kokkosmla_cache_plan_execute_strided_f, kokkosmla_cache_plan_execute_strided_d
   public :: kokkosmla_cache_plan_splits_f, kokkosmla_cache_plan_splits_d
   public :: kokkosmla_cache_plan_destroy_f, kokkosmla_cache_plan_destroy_d
   public :: kokkosmla_cache_attention_f, kokkosmla_cache_attention_d
@@ -216,6 +218,25 @@ module kokkosmla
       import :: c_ptr, c_int
       type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
       integer(c_int) :: kokkosmla_plan_execute_d
+    end function
+
+    !> q given by strides in elements (kokkosmla.h): the first D of W columns of
+    !> a C-order (B, T, H, W) array, i.e. a Fortran (W, H, T, B) one, has
+    !> q_row_stride = H * W and q_head_stride = W.
+    function kokkosmla_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, latent, w_uk, w_uv, out) &
+        bind(c, name="kokkosmla_plan_execute_strided_f")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
+      integer(c_int64_t), value :: q_row_stride, q_head_stride
+      integer(c_int) :: kokkosmla_plan_execute_strided_f
+    end function
+
+    function kokkosmla_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, latent, w_uk, w_uv, out) &
+        bind(c, name="kokkosmla_plan_execute_strided_d")
+      import :: c_ptr, c_int, c_int64_t
+      type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
+      integer(c_int64_t), value :: q_row_stride, q_head_stride
+      integer(c_int) :: kokkosmla_plan_execute_strided_d
     end function
 
     function kokkosmla_plan_algorithm_f(plan, algorithm) bind(c, name="kokkosmla_plan_algorithm_f")
@@ -344,6 +365,31 @@ module kokkosmla
       type(kokkosmla_cache), intent(in) :: cache
       type(c_ptr), value :: w_uk, w_uv, out, lse
       integer(c_int) :: kokkosmla_cache_plan_execute_d
+    end function
+
+    !> q and q_rope given by strides in elements (kokkosmla.h), e.g. the two
+    !> parts of one projection p of C-order (B, Tq, H, D + Dr): q = p and
+    !> q_rope = p + D elements, both with strides H * (D + Dr) and D + Dr.
+    function kokkosmla_cache_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, q_rope, &
+                                                    q_rope_row_stride, q_rope_head_stride, cache, w_uk, w_uv, &
+                                                    out, lse) bind(c, name="kokkosmla_cache_plan_execute_strided_f")
+      import :: c_ptr, c_int, c_int64_t, kokkosmla_cache
+      type(c_ptr), value :: plan, q, q_rope
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, q_rope_row_stride, q_rope_head_stride
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int) :: kokkosmla_cache_plan_execute_strided_f
+    end function
+
+    function kokkosmla_cache_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, q_rope, &
+                                                    q_rope_row_stride, q_rope_head_stride, cache, w_uk, w_uv, &
+                                                    out, lse) bind(c, name="kokkosmla_cache_plan_execute_strided_d")
+      import :: c_ptr, c_int, c_int64_t, kokkosmla_cache
+      type(c_ptr), value :: plan, q, q_rope
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, q_rope_row_stride, q_rope_head_stride
+      type(kokkosmla_cache), intent(in) :: cache
+      type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int) :: kokkosmla_cache_plan_execute_strided_d
     end function
 
     function kokkosmla_cache_plan_splits_d(plan, splits) bind(c, name="kokkosmla_cache_plan_splits_d")

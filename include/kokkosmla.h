@@ -157,6 +157,18 @@ int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const
                              const float* w_uk, const float* w_uv, float* out);
 int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
                              const double* w_uk, const double* w_uv, double* out);
+/* As above with q (B, T, H, D) given by strides in elements: query t of
+   sequence b, head h, starts q_row_stride * (b * T + t) + q_head_stride * h
+   elements from q, its D values contiguous (0, 0: contiguous). The first D
+   columns of a (B, T, H, W) array have strides H * W and W; rows whose start
+   and strides are multiples of 16 bytes are read where they lie, others
+   copied. Rows or heads that would overlap are rejected. */
+int kokkosmla_plan_execute_strided_f(const kokkosmla_plan_f* plan, const float* q, int64_t q_row_stride,
+                                     int64_t q_head_stride, const float* latent, const float* w_uk,
+                                     const float* w_uv, float* out);
+int kokkosmla_plan_execute_strided_d(const kokkosmla_plan_d* plan, const double* q, int64_t q_row_stride,
+                                     int64_t q_head_stride, const double* latent, const double* w_uk,
+                                     const double* w_uv, double* out);
 /* The algorithm the plan runs (never KOKKOSMLA_AUTO), in *algorithm. */
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm);
 int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);
@@ -250,6 +262,20 @@ int kokkosmla_cache_plan_execute_f(const kokkosmla_cache_plan_f* plan, const flo
 int kokkosmla_cache_plan_execute_d(const kokkosmla_cache_plan_d* plan, const double* q, const double* q_rope,
                                    const kokkosmla_cache* cache, const double* w_uk, const double* w_uv,
                                    double* out, double* lse);
+/* As above with q and q_rope given by strides (as for
+   kokkosmla_plan_execute_strided): e.g. the two parts of one (B, Tq, H, D + Dr)
+   query projection p: q = p with strides H * (D + Dr) and D + Dr, q_rope =
+   p + D with the same strides. */
+int kokkosmla_cache_plan_execute_strided_f(const kokkosmla_cache_plan_f* plan, const float* q,
+                                           int64_t q_row_stride, int64_t q_head_stride, const float* q_rope,
+                                           int64_t q_rope_row_stride, int64_t q_rope_head_stride,
+                                           const kokkosmla_cache* cache, const float* w_uk, const float* w_uv,
+                                           float* out, float* lse);
+int kokkosmla_cache_plan_execute_strided_d(const kokkosmla_cache_plan_d* plan, const double* q,
+                                           int64_t q_row_stride, int64_t q_head_stride, const double* q_rope,
+                                           int64_t q_rope_row_stride, int64_t q_rope_head_stride,
+                                           const kokkosmla_cache* cache, const double* w_uk,
+                                           const double* w_uv, double* out, double* lse);
 /* Parts each sequence's keys are split into, in *splits. */
 int kokkosmla_cache_plan_splits_f(const kokkosmla_cache_plan_f* plan, int* splits);
 int kokkosmla_cache_plan_splits_d(const kokkosmla_cache_plan_d* plan, int* splits);

@@ -151,6 +151,22 @@ static void free_problem(problem* p) {
   CHECK(kokkosmla_free(p->dout) == KOKKOSMLA_SUCCESS);
 }
 
+/* The device out, copied into a new host array. */
+static double* host_copy_of(const double* device, size_t n) {
+  double* host = malloc(n * sizeof(double));
+  CHECK(kokkosmla_copy_to_host(host, device, n * sizeof(double)) == KOKKOSMLA_SUCCESS);
+  return host;
+}
+
+/* n_rows rows of `width` values into columns at .. at + width - 1 of rows of
+   `stride` values: a slice of a wider array. */
+static void place_rows(double* wide, const double* rows, int64_t n_rows, int64_t width, int64_t stride,
+                       int64_t at) {
+  int64_t r;
+  for (r = 0; r < n_rows; ++r)
+    memcpy(wide + r * stride + at, rows + r * width, (size_t)width * sizeof(double));
+}
+
 /* Max difference between the device out and the reference for opt. */
 static double error_of(const problem* p, const kokkosmla_options* opt) {
   const size_t n = q_size(p->s);
@@ -214,6 +230,32 @@ static void test_plan(void) {
   CHECK(error_of(&p, &opt) < 1e-12);
   EXPECT_ERROR(kokkosmla_plan_execute_d(plan, p.dq, NULL, p.dw_uk, p.dw_uv, p.dout),
                KOKKOSMLA_ERROR_INVALID_ARGUMENT, "latent is NULL");
+  {
+    /* q as the first D columns of a (B, T, H, W) array, given by strides:
+       the contiguous result bit for bit, read in place (W even: 16-byte
+       rows) or copied (W odd). Overlapping heads are rejected. */
+    const int64_t rows = s.B * s.T * s.H;
+    double* want = host_copy_of(p.dout, q_size(s));
+    int64_t W;
+    for (W = s.D + 2; W <= s.D + 3; ++W) {
+      double* wide = calloc((size_t)(rows * W), sizeof(double));
+      double* dwide;
+      double* got;
+      place_rows(wide, p.q, rows, s.D, W, 0);
+      dwide = to_device(wide, (size_t)(rows * W));
+      CHECK(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, p.dlatent, p.dw_uk, p.dw_uv, p.dout) ==
+            KOKKOSMLA_SUCCESS);
+      got = host_copy_of(p.dout, q_size(s));
+      CHECK(max_difference(got, want, q_size(s)) == 0);
+      EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, s.D - 1, p.dlatent, p.dw_uk,
+                                                    p.dw_uv, p.dout),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_head_stride = 3");
+      free(got);
+      free(wide);
+      CHECK(kokkosmla_free(dwide) == KOKKOSMLA_SUCCESS);
+    }
+    free(want);
+  }
   CHECK(kokkosmla_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
   EXPECT_ERROR(kokkosmla_plan_create_d(&plan, s.B, s.T, s.S, s.H, 0, s.R, &opt),
                KOKKOSMLA_ERROR_INVALID_ARGUMENT, "D = 0");
@@ -451,6 +493,28 @@ static void test_cache_double(cache_shape c) {
            (long long)c.Dr, (long long)splits_seen, max_difference(out, want, nq), lse_error);
     CHECK(max_difference(out, want, nq) < 1e-12);
     CHECK(lse_error < 1e-12);
+  }
+
+  /* q and q_rope as the two parts of one (B, Tq, H, D + Dr) projection,
+     given by strides: the same result bit for bit. */
+  if (c.Dr > 0) {
+    const int64_t P = c.D + c.Dr;
+    double* projection = calloc(nrows * (size_t)P, sizeof(double));
+    double* dprojection;
+    double* got;
+    place_rows(projection, q, (int64_t)nrows, c.D, P, 0);
+    place_rows(projection, q_rope, (int64_t)nrows, c.Dr, P, c.D);
+    dprojection = to_device(projection, nrows * (size_t)P);
+    CHECK(kokkosmla_cache_plan_execute_strided_d(plan, dprojection, c.H * P, P, dprojection + c.D, c.H * P, P,
+                                                 &cache, dw_uk, dw_uv, dout, dlse) == KOKKOSMLA_SUCCESS);
+    got = host_copy_of(dout, nq);
+    CHECK(max_difference(got, out, nq) == 0);
+    EXPECT_ERROR(kokkosmla_cache_plan_execute_strided_d(plan, dprojection, c.H * P, P, dprojection + c.D, 0,
+                                                        P, &cache, dw_uk, dw_uv, dout, dlse),
+                 KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_rope_row_stride = 0");
+    free(got);
+    free(projection);
+    CHECK(kokkosmla_free(dprojection) == KOKKOSMLA_SUCCESS);
   }
 
   /* The one-call form gives the same; four forced splits agree within rounding. */

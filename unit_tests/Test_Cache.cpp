@@ -1701,7 +1701,14 @@ void expect_captured_step_matches_direct(CacheStorage storage = CacheStorage::Na
   step();  // the first call sets up what a capture cannot (the cuBLAS handle)
   exec.fence();
   const cudaGraphExec_t graph = capture(exec, step);
-  const std::int64_t pages = std::int64_t(fp8 ? dc.cache.fp8.tokens.extent(0) : dc.cache.latent.extent(0));
+  // Pages to deal out: the whole pool (random rows), or over an FP8 cache
+  // the pages the sequences hold (the tokens quantised; the rest of the pool is NaN bytes).
+  auto ht = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dc.block_table);
+  std::vector<int> order(ht.data(), ht.data() + ht.span());
+  if (!fp8) {
+    order.resize(dc.cache.latent.extent(0));
+    std::iota(order.begin(), order.end(), 0);
+  }
   const std::int64_t per_sequence = c.capacity / c.page;
   for (int round = 0; round < 3; ++round) {
     SCOPED_TRACE("round " + std::to_string(round));
@@ -1709,9 +1716,6 @@ void expect_captured_step_matches_direct(CacheStorage storage = CacheStorage::Na
     set_device(new_rope, rng);
     set_device(View4<T>(const_cast<T*>(a.q.data()), c.batch, c.queries, c.heads, c.head_dim), rng);
     auto hl = Kokkos::create_mirror_view(dc.seqlens);
-    auto ht = Kokkos::create_mirror_view(dc.block_table);
-    std::vector<int> order(pages);
-    std::iota(order.begin(), order.end(), 0);
     std::shuffle(order.begin(), order.end(), rng);
     for (std::int64_t b = 0; b < c.batch; ++b) {
       hl(b) = int(1 + (rng() % c.capacity));
