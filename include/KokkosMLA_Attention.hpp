@@ -159,18 +159,44 @@ bool is_row_major(const V& v) {
   return true;
 }
 
+/// Where a plan keeps the row-major copies of arguments it cannot read in
+/// place: one buffer per argument slot, allocated by the first call that
+/// needs it and reused, so later calls allocate nothing (and can be captured
+/// into a CUDA graph). Like the plan's workspace, shared by its executions.
+template <class MemSpace>
+class CopyBuffers {
+ public:
+  static constexpr int kSlots = 6;
+  /// At least `bytes` of slot's buffer.
+  void* storage(int slot, std::size_t bytes) const {
+    Kokkos::View<char*, MemSpace>& b = buffers_[slot];
+    if (b.extent(0) < bytes)
+      b = Kokkos::View<char*, MemSpace>(
+          Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::layout_copies"), bytes);
+    return b.data();
+  }
+
+ private:
+  mutable Kokkos::View<char*, MemSpace> buffers_[kSlots];
+};
+
 /// A row-major view of v's extents and value type: v itself (unmanaged) when
-/// it is row-major (or empty: an absent optional view), else a new one,
-/// filled from v on exec when `fill`.
+/// it is row-major (or empty: an absent optional view), else a copy, filled
+/// from v on exec when `fill`: in slot `slot` of `kept` when given, else in a
+/// new allocation (freed with the last view of it).
 template <class ExecSpace, class V>
 Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_space> row_major(
-    const ExecSpace& exec, const V& v, bool fill) {
+    const ExecSpace& exec, const V& v, bool fill, const CopyBuffers<typename V::memory_space>* kept = nullptr,
+    int slot = 0) {
   using R = Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_space>;
   using Copy = Kokkos::View<typename V::non_const_data_type, Kokkos::LayoutRight, typename V::memory_space>;
+  using T = typename V::non_const_value_type;
   static_assert(int(V::rank) == 3 || int(V::rank) == 4, "rank 3 or 4");
   auto make = [&](auto&& first, auto... rest) {
     if (v.size() == 0 || is_row_major(v)) return R(first, rest...);
-    const Copy copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::row_major_copy"), rest...);
+    const Copy copy =
+        kept ? Copy(static_cast<T*>(kept->storage(slot, v.size() * sizeof(T))), rest...)
+             : Copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::layout_copies"), rest...);
     if (fill) Kokkos::deep_copy(exec, copy, v);
     return R(copy);
   };
@@ -199,12 +225,13 @@ bool reads_in_place(const V& v) {
 }
 
 /// A query view as the kernels take it: v itself where they read it in place
-/// (reads_in_place), else a row-major copy filled on exec.
+/// (reads_in_place), else a row-major copy filled on exec (row_major).
 template <class ExecSpace, class V>
 Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space> query_view(
-    const ExecSpace& exec, const V& v) {
+    const ExecSpace& exec, const V& v, const CopyBuffers<typename V::memory_space>* kept = nullptr,
+    int slot = 0) {
   if (reads_in_place(v)) return v;
-  return row_major(exec, v, true);
+  return row_major(exec, v, true, kept, slot);
 }
 
 }  // namespace Impl
@@ -215,9 +242,9 @@ template <class Scalar, class ExecSpace>
 Algorithm choose_algorithm(const ExecSpace& exec, const Shape& shape, const Options& opt = {});
 
 /// A problem shape bound to an execution space: chooses the algorithm and tiles
-/// once and owns the workspace, so that execute() allocates nothing (for
-/// contiguous LayoutRight views and query slices it reads in place,
-/// reads_in_place; others are read through copies it makes).
+/// once and owns the workspace, so that execute() allocates nothing
+/// (arguments it cannot read in place, reads_in_place and is_row_major, are
+/// copied into buffers it allocates at the first call that needs them and keeps).
 /// Instances exist for float, double and, where Kokkos has them, half_t and
 /// bhalf_t (KokkosMLA_Precision.hpp) on Kokkos::DefaultExecutionSpace and
 /// Kokkos::DefaultHostExecutionSpace. A Plan's workspace is shared by its
@@ -301,34 +328,30 @@ class Plan {
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
   /// reads_in_place, the others where they are row-major without gaps; else
-  /// copies (outputs copied back).
+  /// copies in the plan's copy buffers (outputs copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
-    // Named: the copies must live until the launches that read them are done.
-    const auto q_rows = Impl::query_view(exec, q);
-    const auto latent_rows = Impl::row_major(exec, latent, true);
-    const auto w_uk_rows = Impl::row_major(exec, w_uk, true);
-    const auto w_uv_rows = Impl::row_major(exec, w_uv, true);
-    const auto out_rows = Impl::row_major(exec, out, false);
+    const auto q_rows = Impl::query_view(exec, q, &copies_, 0);
+    const auto latent_rows = Impl::row_major(exec, latent, true, &copies_, 1);
+    const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
+    const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
+    const auto out_rows = Impl::row_major(exec, out, false, &copies_, 4);
     if constexpr (std::is_same<LS, NoLse>::value) {
       run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, nullptr));
     } else {
-      const auto lse_rows = Impl::row_major(exec, *lse, false);
+      const auto lse_rows = Impl::row_major(exec, *lse, false, &copies_, 5);
       run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, lse_rows.data()));
       if (lse_rows.data() != lse->data()) Kokkos::deep_copy(exec, *lse, lse_rows);
     }
     if (out_rows.data() != out.data()) Kokkos::deep_copy(exec, out, out_rows);
-    // Copies are freed here: wait for the kernels that read them.
-    if (q_rows.data() != q.data() || latent_rows.data() != latent.data() || w_uk_rows.data() != w_uk.data() ||
-        w_uv_rows.data() != w_uv.data())
-      exec.fence();
   }
 
   Shape shape_;
   Options options_;
   double scale_ = 1;
   std::shared_ptr<const Impl::PlannedPrefill<Scalar, ExecSpace>> path_;
+  Impl::CopyBuffers<memory_space> copies_;  ///< arguments that are not read in place
 };
 
 /// out = causal multi-head latent attention of q over latent with the

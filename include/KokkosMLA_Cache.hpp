@@ -215,8 +215,8 @@ class CachePlan {
   /// are read where they lie when each head's values are contiguous, rows are
   /// evenly spaced and 16-byte aligned (slices of a wider projection, say);
   /// other views that are not row-major without gaps are copied into
-  /// row-major views allocated per call (out and lse copied back; the call
-  /// then waits for the copies before it returns).
+  /// row-major buffers the plan allocates at the first call that needs them
+  /// and keeps (out and lse copied back), so later calls allocate nothing.
   template <class Layout, std::enable_if_t<!std::is_same<Layout, Kokkos::LayoutRight>::value, int> = 0>
   void execute(const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Layout>& args) const {
     execute_strided(exec, Impl::strided(args));
@@ -257,6 +257,7 @@ class CachePlan {
   std::shared_ptr<const Impl::PackedQueries<Scalar, ExecSpace>> packed_;  ///< with packed_queries
   /// Rows' lse where sinks are given without an lse to write: (B Tq H).
   Kokkos::View<compute_type<Scalar>*, memory_space> sink_lse_;
+  Impl::CopyBuffers<memory_space> copies_;  ///< arguments that are not read in place
 };
 
 /// The extents of a call's arguments (as CachePlan wants them); throws as execute() does.

@@ -17,9 +17,10 @@
 // iteration on DeepSeek-V3 decode shapes (B=128, paged cache, RoPE part; and
 // H=16 without RoPE) and report GB/s of the cache read once and useful
 // GFLOP/s of the absorbed form.
-// strided_q/bf16/<shape> and decode_strided_q/bf16/<shape> pass q (and
-// q_rope) as slices of one (B, T, H, 192) query projection, for the cost of
-// strided views against the contiguous rows of the same run.
+// strided_q/bf16/<shape>/{contiguous,strided,left} and decode_strided_q/bf16/<shape>
+// pass q (and q_rope) as slices of one (B, T, H, 192) query projection (read
+// in place), or q as a LayoutLeft view (copied per call), against the
+// contiguous rows of the same run.
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
 // decode_sparse_attention/fp8|bf16/... time sparse attention (topk random
@@ -392,12 +393,18 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
   }
 }
 
-/// Prefill with q the 128-wide part of DeepSeek's (B, T, H, 192) query
-/// projection (a LayoutStride slice; the rest would be q_rope), or with a
-/// contiguous q, timed alike: what reading a strided view costs (a
-/// row-major copy per call).
+/// How a benchmark hands q to the library.
+enum class QueryLayout { Contiguous, Strided, Left };
+inline const char* to_string(QueryLayout l) {
+  return l == QueryLayout::Contiguous ? "contiguous" : l == QueryLayout::Strided ? "strided" : "left";
+}
+
+/// Prefill with q contiguous, the 128-wide part of DeepSeek's (B, T, H, 192)
+/// query projection (a LayoutStride slice, read in place; the rest would be
+/// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call),
+/// timed alike.
 template <class T>
-void run_strided_q(benchmark::State& state, Shape s, bool strided) {
+void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Inputs<T> in(s);
   Bound<T> v(in, s);
   Kokkos::View<T****, Kokkos::LayoutRight, Space> projection("q_projection", s.batch, s.queries, s.heads,
@@ -405,24 +412,31 @@ void run_strided_q(benchmark::State& state, Shape s, bool strided) {
   const auto q =
       Kokkos::subview(projection, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, int(s.head_dim)));
   Kokkos::deep_copy(q, v.q);
+  Kokkos::View<T****, Kokkos::LayoutLeft, Space> left;
+  if (layout == QueryLayout::Left) {
+    left = decltype(left)("q_left", s.batch, s.queries, s.heads, s.head_dim);
+    Kokkos::deep_copy(left, v.q);
+  }
   const Plan<T, Space> plan(Space(), s);
   const Space exec;
-  if (strided)
+  if (layout == QueryLayout::Strided)
     time_each_call(state, exec, [&] { plan.execute(exec, q, v.latent, v.w_uk, v.w_uv, v.out); });
+  else if (layout == QueryLayout::Left)
+    time_each_call(state, exec, [&] { plan.execute(exec, left, v.latent, v.w_uk, v.w_uv, v.out); });
   else
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv, v.out); });
-  state.SetLabel(std::string(strided ? "q strided" : "q contiguous") + ", on " + to_string(plan.path()));
+  state.SetLabel(std::string("q ") + to_string(layout) + ", on " + to_string(plan.path()));
 }
 
 template <class T>
 void register_strided_q(const char* type) {
   for (const Shape& s : shapes()) {
     if (s.head_dim != 128 || s.queries != 4096) continue;
-    for (bool strided : {false, true}) {
+    for (QueryLayout layout : {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left}) {
       const std::string name =
-          std::string("strided_q/") + type + "/" + shape_name(s) + (strided ? "/strided" : "/contiguous");
+          std::string("strided_q/") + type + "/" + shape_name(s) + "/" + to_string(layout);
       benchmark::RegisterBenchmark(name.c_str(),
-                                   [s, strided](benchmark::State& st) { run_strided_q<T>(st, s, strided); })
+                                   [s, layout](benchmark::State& st) { run_strided_q<T>(st, s, layout); })
           ->UseManualTime()
           ->Unit(benchmark::kMillisecond)
           ->MinTime(0.2);

@@ -117,13 +117,13 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   using Impl::row_major;
   check(exec, a);
   // The arguments as the paths read them: themselves where they can, else
-  // copies (named: they must live until the launches that read them are done).
-  const auto q = Impl::query_view(exec, a.q);
-  const auto q_rope = Impl::query_view(exec, a.q_rope);
-  const auto w_uk = row_major(exec, a.w_uk, true);
-  const auto w_uv = row_major(exec, a.w_uv, true);
-  const auto out = row_major(exec, a.out, false);
-  const auto lse = row_major(exec, a.lse, false);
+  // copies in the plan's buffers.
+  const auto q = Impl::query_view(exec, a.q, &copies_, 0);
+  const auto q_rope = Impl::query_view(exec, a.q_rope, &copies_, 1);
+  const auto w_uk = row_major(exec, a.w_uk, true, &copies_, 2);
+  const auto w_uv = row_major(exec, a.w_uv, true, &copies_, 3);
+  const auto out = row_major(exec, a.out, false, &copies_, 4);
+  const auto lse = row_major(exec, a.lse, false, &copies_, 5);
   CacheArguments<Scalar, memory_space, Kokkos::LayoutStride> r;
   r.q = q;
   r.q_rope = q_rope;
@@ -138,9 +138,6 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   run(exec, r);
   if (out.data() != a.out.data()) Kokkos::deep_copy(exec, a.out, out);
   if (lse.data() != a.lse.data()) Kokkos::deep_copy(exec, a.lse, lse);
-  if (q.data() != a.q.data() || q_rope.data() != a.q_rope.data() || w_uk.data() != a.w_uk.data() ||
-      w_uv.data() != a.w_uv.data() || out.data() != a.out.data() || lse.data() != a.lse.data())
-    exec.fence();  // the copies are freed here
 }
 
 template <class Scalar, class ExecSpace>
