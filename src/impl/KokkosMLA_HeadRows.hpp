@@ -27,6 +27,13 @@ KOKKOS_INLINE_FUNCTION HeadRows<T> packed_rows(T* p, std::int64_t heads, std::in
   return {p, heads * width, width};
 }
 
+/// Read-only rows handed to a routine that moves rows both ways (it only
+/// reads these).
+template <class T>
+KOKKOS_INLINE_FUNCTION HeadRows<T> as_mutable(HeadRows<const T> r) {
+  return {const_cast<T*>(r.ptr), r.row, r.head};
+}
+
 /// The rows of a rank-4 view whose (b, t) rows are evenly spaced and whose
 /// last stride is one (what Impl::reads_in_place accepts, or row-major).
 template <class V>

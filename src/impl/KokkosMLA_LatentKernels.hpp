@@ -230,7 +230,7 @@ struct LatentKernel {
   /// Queries, read into scratch only.
   KOKKOS_INLINE_FUNCTION void read_rows(const Member& team, const Block& k, HeadRows<const T> tensor,
                                         std::int64_t width, Mat<T> rows) const {
-    move_rows<true>(team, k, HeadRows<T>{const_cast<T*>(tensor.ptr), tensor.row, tensor.head}, width, rows);
+    move_rows<true>(team, k, as_mutable(tensor), width, rows);
   }
 
   /// Row i of the block's RoPE queries (the row of row_index(k, i)).

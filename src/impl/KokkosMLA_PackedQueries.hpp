@@ -63,10 +63,10 @@ class PackedQueries {
   arguments padded(const ExecSpace& exec, const arguments& a) const {
     arguments p = a;
     p.query_offsets = {};
-    copy(exec, a, writable(head_rows(a.q)), q_, true);
+    copy(exec, a, as_mutable(head_rows(a.q)), q_, true);
     p.q = q_;
     if (a.q_rope.size() > 0) {
-      copy(exec, a, writable(head_rows(a.q_rope)), q_rope_, true);
+      copy(exec, a, as_mutable(head_rows(a.q_rope)), q_rope_, true);
       p.q_rope = q_rope_;
     }
     p.out = out_;
@@ -94,11 +94,6 @@ class PackedQueries {
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, typename ExecSpace::memory_space>;
   Rank4 q_, q_rope_, out_;
   Kokkos::View<compute_type<Scalar>***, Kokkos::LayoutRight, typename ExecSpace::memory_space> lse_;
-
-  /// Queries are only read: the copy's element type is not const.
-  static HeadRows<Scalar> writable(HeadRows<const Scalar> r) {
-    return {const_cast<Scalar*>(r.ptr), r.row, r.head};
-  }
 
   /// Between packed rows and padded (B, Tq, H, width) or (B, Tq, H) buffers.
   template <class T, class Padded>
