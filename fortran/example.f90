@@ -132,9 +132,10 @@ contains
     real(c_double), target :: cache_latent(nr, ps, pages), cache_rope(dr, ps, pages)
     real(c_double), target :: new_latent(nr, 1, nb), new_rope(dr, 1, nb)
     real(c_double), target :: qd(nd, nh, 1, nb), qr(dr, nh, 1, nb), od(nd, nh, 1, nb), lse(nh, 1, nb)
+    real(c_double), target :: projection(nd + dr, nh, 1, nb), sliced(nd, nh, 1, nb)
     real(c_double) :: k(nd), v(nd, pps * ps), p(pps * ps), acc(nd), scale, want
     type(kokkosmla_cache) :: cache
-    type(c_ptr) :: dq, dqr, dk, dv, dout, dlse, dnew, dnew_rope, plan
+    type(c_ptr) :: dq, dqr, dk, dv, dout, dlse, dnew, dnew_rope, plan, dprojection
     integer :: b, h, s, r, page, row, keys
     table = reshape([3, 1, 0, 2], [pps, nb])  ! 0-based page indices, as the C interface takes them
     lengths = [5, 7]                           ! tokens held, the new one included
@@ -173,9 +174,26 @@ contains
                "kokkosmla_cache_plan_create_d")
     call check(kokkosmla_cache_plan_execute_d(plan, dq, dqr, cache, dk, dv, dout, dlse), &
                "kokkosmla_cache_plan_execute_d")
-    call check(kokkosmla_cache_plan_destroy_d(plan), "kokkosmla_cache_plan_destroy_d")
     call check(kokkosmla_copy_to_host(c_loc(od), dout, bytes(size(od))), "copy out")
     call check(kokkosmla_copy_to_host(c_loc(lse), dlse, bytes(size(lse))), "copy lse")
+
+    ! q and q_rope as the two parts of one projection (nd + dr values per
+    ! head), passed by strides in elements: the same result, bit for bit.
+    projection(1:nd, :, :, :) = qd
+    projection(nd + 1:, :, :, :) = qr
+    dprojection = to_device(c_loc(projection), size(projection))
+    call check(kokkosmla_cache_plan_execute_strided_d(plan, dprojection, int(nh * (nd + dr), c_int64_t), &
+                                                      int(nd + dr, c_int64_t), &
+                                                      advanced(dprojection, nd), &
+                                                      int(nh * (nd + dr), c_int64_t), int(nd + dr, c_int64_t), &
+                                                      cache, dk, dv, dout, dlse), &
+               "kokkosmla_cache_plan_execute_strided_d")
+    call check(kokkosmla_copy_to_host(c_loc(sliced), dout, bytes(size(sliced))), "copy out")
+    call check(kokkosmla_cache_plan_destroy_d(plan), "kokkosmla_cache_plan_destroy_d")
+    if (maxval(abs(sliced - od)) > 0) then
+      print *, "the strided call differs from the contiguous one"
+      stop 1
+    end if
 
     ! The reference: the new tokens written where append puts them, then
     ! softmax over all keys of each sequence (the query is its newest token).
@@ -219,6 +237,7 @@ contains
     call check(kokkosmla_free(dv), "kokkosmla_free")
     call check(kokkosmla_free(dout), "kokkosmla_free")
     call check(kokkosmla_free(dlse), "kokkosmla_free")
+    call check(kokkosmla_free(dprojection), "kokkosmla_free")
   end function decode_step
 
   !> The value of an e4m3 byte (OCP E4M3: bias 7, subnormals k 2^-9; no NaN here).
@@ -348,6 +367,13 @@ contains
     if (.not. c_associated(to_device)) call check(KOKKOSMLA_ERROR_INTERNAL, "kokkosmla_malloc")
     call check(kokkosmla_copy_to_device(to_device, host, bytes(n)), "kokkosmla_copy_to_device")
   end function to_device
+
+  !> The device address n doubles past p.
+  type(c_ptr) function advanced(p, n)
+    type(c_ptr), intent(in) :: p
+    integer, intent(in) :: n
+    advanced = transfer(transfer(p, 0_c_intptr_t) + int(bytes(n), c_intptr_t), p)
+  end function advanced
 
   !> Decompress K and V, then a two-pass causal softmax per query; query t sits
   !> at key position ns - nt + t.
