@@ -207,6 +207,16 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_spac
   }
 }
 
+/// Whether a (B, T, ...) view's (b, t) rows are evenly spaced (b * T + t
+/// apart by one stride) and its last dimension unit-stride: what the kernels
+/// can address by token row (HeadRows).
+template <class V>
+bool evenly_spaced_rows(const V& v) {
+  constexpr int last = int(V::rank) - 1;
+  if (v.extent(last) > 1 && v.stride(last) != 1) return false;
+  return v.extent(0) <= 1 || v.extent(1) <= 1 || std::size_t(v.stride(0)) == v.extent(1) * v.stride(1);
+}
+
 /// Whether the kernels read a (B, T, H, width) query view where it lies:
 /// row-major without gaps, or unit stride within a head, rows (b, t) evenly
 /// spaced, and the start and strides on 16-byte boundaries (the tensor-core
@@ -215,9 +225,7 @@ template <class V>
 bool reads_in_place(const V& v) {
   static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
   if (v.size() == 0 || is_row_major(v)) return true;
-  if (v.extent(3) > 1 && v.stride(3) != 1) return false;
-  if (v.extent(0) > 1 && v.extent(1) > 1 && std::size_t(v.stride(0)) != v.extent(1) * v.stride(1))
-    return false;
+  if (!evenly_spaced_rows(v)) return false;
   auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
   const std::size_t row = v.extent(1) > 1 ? v.stride(1) : v.stride(0), bytes = sizeof(typename V::value_type);
   return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(row * bytes) &&

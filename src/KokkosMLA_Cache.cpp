@@ -169,9 +169,8 @@ void CachePlan<Scalar, ExecSpace>::impl_attend_absorbed(const ExecSpace& exec, c
 namespace Impl {
 
 template <class Scalar, class ExecSpace, class Rows>
-void append_row_major(const ExecSpace& exec,
-                      const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
-                      const Rows& new_latent, const Rows& new_k_rope, std::int64_t tokens) {
+void append_rows(const ExecSpace& exec, const LatentCache<Scalar, typename ExecSpace::memory_space>& cache,
+                 const Rows& new_latent, const Rows& new_k_rope, std::int64_t tokens) {
   const std::int64_t rank = std::int64_t(new_latent.extent(2));
   const std::int64_t rope_dim = new_k_rope.size() > 0 ? std::int64_t(new_k_rope.extent(2)) : 0;
   const std::int64_t sequences = std::int64_t(new_latent.extent(0));
@@ -182,8 +181,8 @@ void append_row_major(const ExecSpace& exec,
     k.bytes = cache.fp8.tokens.data();
     k.format = Fp8Format::of(cache, rank, rope_dim);
     k.power_of_two_scales = cache.fp8.power_of_two_scales;
-    k.new_latent = new_latent.data();
-    k.new_rope = rope_dim > 0 ? new_k_rope.data() : nullptr;
+    k.new_latent = token_rows(new_latent);
+    k.new_rope = token_rows(new_k_rope);
     k.tokens = tokens;
     Kokkos::parallel_for("KokkosMLA::append_to_cache::quantize",
                          Range(exec, 0, sequences * tokens * (k.format.blocks() + 1)), k);
@@ -193,8 +192,8 @@ void append_row_major(const ExecSpace& exec,
   k.at = latent_keys<Scalar>(cache, rank, rope_dim);
   k.latent = cache.latent.data();
   k.rope = const_cast<Scalar*>(k.at.rope);  // the cache's own rows, writable
-  k.new_latent = new_latent.data();
-  k.new_rope = rope_dim > 0 ? new_k_rope.data() : nullptr;
+  k.new_latent = token_rows(new_latent);
+  k.new_rope = token_rows(new_k_rope);
   k.tokens = tokens;
   k.rank = rank;
   k.rope_dim = rope_dim;
@@ -215,10 +214,13 @@ void append_strided(
       describe_any_layout("new_latent", given_latent), describe_any_layout("new_k_rope", given_rope),
       describe_storage(cache));
   if (opt.check_cache_indices) check_cache_indices(caller, exec, cache, tokens);
-  // Row-major views of the new tokens: themselves where they are, else copies.
-  const auto new_latent = row_major(exec, given_latent, true);
-  const auto new_k_rope = row_major(exec, given_rope, true);
-  append_row_major(exec, cache, new_latent, new_k_rope, tokens);
+  // The new tokens where the kernels read them by token row, else copies.
+  using Strided = Kokkos::View<const Scalar***, Kokkos::LayoutStride, typename ExecSpace::memory_space>;
+  auto by_rows = [&](const Strided& v) {
+    return evenly_spaced_rows(v) ? v : Strided(row_major(exec, v, true));
+  };
+  const Strided new_latent = by_rows(given_latent), new_k_rope = by_rows(given_rope);
+  append_rows(exec, cache, new_latent, new_k_rope, tokens);
   if (new_latent.data() != given_latent.data() || new_k_rope.data() != given_rope.data())
     exec.fence();  // the copies are freed here
 }

@@ -1152,7 +1152,9 @@ TYPED_TEST(Cache, StridedBadInputIsRejectedUntouched) {
 
 // append_to_cache from the latent and RoPE columns of one packed (B, Tn,
 // R + Dr) array, from LayoutLeft copies and from padded slices writes the
-// same cache as from contiguous arrays, bit for bit, into native and FP8 caches.
+// same cache as from contiguous arrays, bit for bit, into native and FP8
+// caches; it reads slices with evenly spaced token rows where they lie and
+// copies other views.
 TYPED_TEST(Cache, AppendFromEveryLayoutEqualsRowMajor) {
   using T = TypeParam;
   const std::int64_t B = 2, Tn = 3, R = 128, Dr = 5;
@@ -1199,13 +1201,25 @@ TYPED_TEST(Cache, AppendFromEveryLayoutEqualsRowMajor) {
       const DeviceCache<T> want_cache = fresh_cache();
       append_to_cache(Space(), want_cache.cache, latent, rope);
       const std::vector<double> want = stored(want_cache);
+      // Copies the append makes of the new tokens given in views a and b.
+      auto copies = [&](const DeviceCache<T>& into, const auto& a, const auto& b) {
+        Recorder r;
+        {
+          Recording recording(r);
+          append_to_cache(Space(), into.cache, a, b);
+          Space().fence();
+        }
+        return allocations_named(r, "KokkosMLA::layout_copies");
+      };
       const DeviceCache<T> from_columns = fresh_cache();
-      append_to_cache(Space(), from_columns.cache, latent_columns, rope_columns);
+      EXPECT_EQ(copies(from_columns, latent_columns, rope_columns), 0u) << "token rows are read in place";
       EXPECT_EQ(stored(from_columns), want);
       for (Layout layout : kLayouts) {
         SCOPED_TRACE(to_string(layout));
         const DeviceCache<T> got = fresh_cache();
-        append_to_cache(Space(), got.cache, in_layout(latent, layout), in_layout(rope, layout));
+        // Slices padded in the token dimension too have rows unevenly spaced across sequences.
+        EXPECT_EQ(copies(got, in_layout(latent, layout), in_layout(rope, layout)),
+                  layout == Layout::Right ? 0u : 2u);
         EXPECT_EQ(stored(got), want);
       }
       // Bad extents of a slice: rejected, naming it, nothing written.

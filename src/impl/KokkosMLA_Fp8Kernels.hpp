@@ -63,8 +63,8 @@ struct Fp8AppendKernel {
   std::uint8_t* bytes;          // the cache's tokens, at.latent_ld apart
   Fp8Format format;
   bool power_of_two_scales;
-  const T* new_latent;  // (B, tokens, R)
-  const T* new_rope;    // (B, tokens, Dr), or null
+  HeadRows<const T> new_latent;  // (B, tokens, R), by token row
+  HeadRows<const T> new_rope;    // (B, tokens, Dr), or null
   std::int64_t tokens;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t e) const {
@@ -73,7 +73,7 @@ struct Fp8AppendKernel {
     std::uint8_t* const row = bytes + at.row(b, at.length(b) - tokens + i) * at.latent_ld;
     if (part == parts - 1) {
       for (std::int64_t d = 0; d < Dr; ++d) {
-        const float x = float(new_rope[token * Dr + d]);
+        const float x = float(new_rope.at(token, 0)[d]);
         std::uint8_t* const to = row + format.rope_at(d);
         if (format.per_block()) {
           const std::uint16_t bits = bf16_from_float(x);
@@ -84,7 +84,7 @@ struct Fp8AppendKernel {
       }
       return;
     }
-    const T* const from = new_latent + token * R;
+    const T* const from = new_latent.at(token, 0);
     const std::int64_t c0 = part * kFp8BlockChannels, c1 = min_of(c0 + kFp8BlockChannels, R);
     float scale = format.latent_scale;
     if (format.per_block()) {

@@ -34,6 +34,14 @@ KOKKOS_INLINE_FUNCTION HeadRows<T> as_mutable(HeadRows<const T> r) {
   return {const_cast<T*>(r.ptr), r.row, r.head};
 }
 
+/// The token rows of a rank-3 (B, T, width) view (one head), rows evenly
+/// spaced and unit-stride (Impl::evenly_spaced_rows).
+template <class V>
+HeadRows<typename V::value_type> token_rows(const V& v) {
+  static_assert(int(V::rank) == 3, "a (B, T, width) view");
+  return {v.data(), std::int64_t(v.extent(1) > 1 ? v.stride(1) : v.stride(0)), 0};
+}
+
 /// The rows of a rank-4 view whose (b, t) rows are evenly spaced and whose
 /// last stride is one (what Impl::reads_in_place accepts, or row-major).
 template <class V>
