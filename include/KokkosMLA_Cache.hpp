@@ -290,9 +290,10 @@ void cache_attention(const ExecSpace& exec,
 /// Options::check_cache_indices); throws std::invalid_argument before any
 /// launch on mismatched extents, indices out of range or unusable scales.
 /// new_latent and new_k_rope may be LayoutRight, LayoutLeft or LayoutStride
-/// views (e.g. the latent and RoPE columns of a packed (B, Tn, R + Dr)
-/// projection); those that are not row-major without gaps are read through
-/// row-major copies made per call (the call then waits for them).
+/// views: those whose (b, t) rows are evenly spaced and whose last dimension
+/// is unit-stride (e.g. the latent and RoPE columns of a packed (B, Tn, R + Dr)
+/// projection) are read where they lie; others through row-major copies
+/// made per call (the call then waits for them).
 template <class ExecSpace, class Scalar, class NewLatent,
           class NewRope = typename CacheArguments<Scalar, typename ExecSpace::memory_space>::ConstRank3>
 void append_to_cache(const ExecSpace& exec,
