@@ -207,6 +207,13 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutRight, typename V::memory_spac
   }
 }
 
+/// Elements between a (B, T, ...) view's consecutive token rows b * T + t
+/// (where its rows are evenly spaced: evenly_spaced_rows).
+template <class V>
+std::size_t token_row_stride(const V& v) {
+  return v.extent(1) > 1 ? v.stride(1) : v.stride(0);
+}
+
 /// Whether a (B, T, ...) view's (b, t) rows are evenly spaced (b * T + t
 /// apart by one stride) and its last dimension unit-stride: what the kernels
 /// can address by token row (HeadRows).
@@ -227,8 +234,8 @@ bool reads_in_place(const V& v) {
   if (v.size() == 0 || is_row_major(v)) return true;
   if (!evenly_spaced_rows(v)) return false;
   auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
-  const std::size_t row = v.extent(1) > 1 ? v.stride(1) : v.stride(0), bytes = sizeof(typename V::value_type);
-  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(row * bytes) &&
+  const std::size_t bytes = sizeof(typename V::value_type);
+  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(token_row_stride(v) * bytes) &&
          aligned(std::size_t(v.stride(2)) * bytes);
 }
 

@@ -357,11 +357,11 @@ struct RowStrides {
   std::int64_t row = 0, head = 0;  ///< both 0: contiguous
 };
 
-/// A query array with those strides as a LayoutStride view, its rows and
-/// heads checked not to overlap (errors name the array, e.g. "q").
 template <class T>
 using StridedRows = Kokkos::View<const T****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
 
+/// A query array with those strides as a LayoutStride view, its rows and
+/// heads checked not to overlap (errors name the array, e.g. "q").
 template <class T>
 StridedRows<T> query_rows(const std::string& name, const T* p, RowStrides s, std::int64_t B, std::int64_t Tq,
                           std::int64_t H, std::int64_t width) {

@@ -6,6 +6,7 @@
 // first 128 of a (B, T, H, 192) query projection's columns) has larger ones
 // and is read where it lies, without a copy.
 
+#include <KokkosMLA_Attention.hpp>
 #include <Kokkos_Core.hpp>
 
 #include <cstdint>
@@ -39,7 +40,7 @@ KOKKOS_INLINE_FUNCTION HeadRows<T> as_mutable(HeadRows<const T> r) {
 template <class V>
 HeadRows<typename V::value_type> token_rows(const V& v) {
   static_assert(int(V::rank) == 3, "a (B, T, width) view");
-  return {v.data(), std::int64_t(v.extent(1) > 1 ? v.stride(1) : v.stride(0)), 0};
+  return {v.data(), std::int64_t(token_row_stride(v)), 0};
 }
 
 /// The rows of a rank-4 view whose (b, t) rows are evenly spaced and whose
@@ -47,7 +48,7 @@ HeadRows<typename V::value_type> token_rows(const V& v) {
 template <class V>
 HeadRows<typename V::value_type> head_rows(const V& v) {
   static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
-  return {v.data(), std::int64_t(v.extent(1) > 1 ? v.stride(1) : v.stride(0)), std::int64_t(v.stride(2))};
+  return {v.data(), std::int64_t(token_row_stride(v)), std::int64_t(v.stride(2))};
 }
 
 }  // namespace Impl
