@@ -67,10 +67,16 @@ function(kokkosmla_add_feature_sources target)
   if(KokkosMLA_ENABLE_SM90A)
     file(GLOB sm90a_sources CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/cuda/sm90a/*.cu)
     target_sources(${target} PRIVATE ${sm90a_sources})
-    # Kokkos' compile options reach CXX only; these files get nvcc's own, and
+    # Kokkos' compile options reach CXX only; these files get nvcc's own, the
+    # C++ standard Kokkos was built with (its headers need C++20 features then;
+    # given as a flag, since CMake before 3.26 knows no C++20 for nvcc), and
     # Kokkos' include directories and definitions through the target.
+    set(sm90a_standard 17)
+    if(DEFINED Kokkos_CXX_STANDARD AND Kokkos_CXX_STANDARD GREATER 17)
+      set(sm90a_standard ${Kokkos_CXX_STANDARD})
+    endif()
     set_source_files_properties(${sm90a_sources} PROPERTIES COMPILE_OPTIONS
-      "--extended-lambda;--expt-relaxed-constexpr;-gencode=arch=compute_90a,code=sm_90a")
-    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF CUDA_STANDARD 17)
+      "--extended-lambda;--expt-relaxed-constexpr;-gencode=arch=compute_90a,code=sm_90a;-std=c++${sm90a_standard}")
+    set_target_properties(${target} PROPERTIES CUDA_ARCHITECTURES OFF)
   endif()
 endfunction()
