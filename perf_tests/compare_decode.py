@@ -179,12 +179,14 @@ def run_ours(args, shapes):
     return rows
 
 
-def read_flashmla(path, shapes):
-    """Rows of a FlashMLA benchmark run's output lines for the shapes asked for."""
+def read_flashmla(path, shapes, sparse):
+    """Rows of a FlashMLA benchmark run's output lines for the shapes asked for:
+    its sparse lines with --sparse, else its dense ones (a sparse and a dense
+    shape can share B, Tq, H and S)."""
     rows = []
     for line in open(path):
         impl = line.split()[0] if line.strip() else ""
-        if impl not in ("flashmla", "flashmla-sparse"):
+        if impl != ("flashmla-sparse" if sparse else "flashmla"):
             continue
         f = dict(kv.split("=") for kv in line.split()[1:])
         B, Tq, H, S = int(f["b"]), int(f["s_q"]), int(f["h_q"]), int(f["s_k"])
@@ -213,7 +215,7 @@ def main():
     shapes = [s for s in (SPARSE_SHAPES if args.sparse else SHAPES) if re.search(args.filter, name(*s))]
     torch_rows = [] if args.sparse else run_torch(shapes, args.dtype)
     ours = run_ours(args, shapes) + (
-        read_flashmla(args.flashmla, shapes) if args.flashmla and os.path.exists(args.flashmla) else [])
+        read_flashmla(args.flashmla, shapes, args.sparse) if args.flashmla and os.path.exists(args.flashmla) else [])
     import torch
     device = args.device or torch.cuda.get_device_name()
     with open(args.out, "a" if args.append else "w") as f:
