@@ -85,6 +85,28 @@ __device__ inline void named_arrive(int id, int threads) {
 #endif
 }
 
+/// Buffers used in turn, tile i in buffer i % stages, each with two
+/// mbarriers: full (tile i has landed) and empty (its users are done with
+/// it). The n-th use of a buffer is its barriers' phase n.
+struct Ring {
+  char* buffers;
+  std::uint64_t* full;
+  std::uint64_t* empty;
+  int stages;
+  int bytes;  ///< of a buffer
+  __device__ char* buffer(int i) const { return buffers + i % stages * bytes; }
+  /// Waits until tile i has landed.
+  __device__ void await(int i) const { wait(full + i % stages, (i / stages) & 1); }
+  /// This thread's part of tile i has landed (written by ordinary stores).
+  __device__ void filled(int i) const { arrive(full + i % stages); }
+  /// This thread's part of tile i will have landed once its cp.async copies have.
+  __device__ void filled_when_copied(int i) const { arrive_when_copied(full + i % stages); }
+  /// This thread is done with tile i.
+  __device__ void release(int i) const { arrive(empty + i % stages); }
+  /// Waits until every user of tile i is done with it.
+  __device__ void await_release(int i) const { wait(empty + i % stages, (i / stages) & 1); }
+};
+
 }  // namespace sync
 }  // namespace Impl
 }  // namespace KokkosMLA

@@ -99,19 +99,6 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     }
   }
 
-  /// Tile buffers in turn, with their full and empty mbarriers (see attend).
-  struct Ring {
-    char* buffers;
-    std::uint64_t* full;
-    std::uint64_t* empty;
-    int stages;
-    __device__ char* buffer(int i) const { return buffers + i % stages * kTileBytes; }
-    /// Waits until tile i's copies have landed.
-    __device__ void await(int i) const { sync::wait(full + i % stages, (i / stages) & 1); }
-    /// This thread is done with tile i.
-    __device__ void release(int i) const { sync::arrive(empty + i % stages); }
-  };
-
   /// This thread's share of copying a tile: the 16-byte piece `piece` of
   /// rows first, first + kStep, ... (kStep a multiple of 8, so that each row's
   /// piece lands at the same swizzled column: one offset, rows 128 bytes apart).
@@ -174,18 +161,16 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     // (each thread arrives when its own have); empty: both groups are done
     // with it. The n-th use of a buffer is its barriers' phase n.
     std::uint64_t* barriers = reinterpret_cast<std::uint64_t*>(value_tiles + kValueStages * kTileBytes);
-    const Ring keys_ring{key_tiles, barriers, barriers + kKeyStages, kKeyStages};
-    const Ring values_ring{value_tiles, barriers + 2 * kKeyStages, barriers + 2 * kKeyStages + kValueStages,
-                           kValueStages};
+    const sync::Ring keys_ring{key_tiles, barriers, barriers + kKeyStages, kKeyStages, kTileBytes};
+    const sync::Ring values_ring{value_tiles, barriers + 2 * kKeyStages,
+                                 barriers + 2 * kKeyStages + kValueStages, kValueStages, kTileBytes};
     if (rank == 0)
       for (int i = 0; i < kBarriers; ++i) sync::init(barriers + i, kThreads);
     team.team_barrier();
-    auto fill = [&](const Element* from, const Ring& ring, int i) {
-      const int b = i % ring.stages;
-      if (i >= ring.stages) sync::wait(ring.empty + b, ((i - ring.stages) / ring.stages) & 1);
-      stage_tile(from + std::int64_t(i) * kKeys * ld, key_count - i * kKeys, ring.buffers + b * kTileBytes,
-                 copy);
-      sync::arrive_when_copied(ring.full + b);
+    auto fill = [&](const Element* from, const sync::Ring& ring, int i) {
+      if (i >= ring.stages) ring.await_release(i - ring.stages);
+      stage_tile(from + std::int64_t(i) * kKeys * ld, key_count - i * kKeys, ring.buffer(i), copy);
+      ring.filled_when_copied(i);
     };
     // The groups take turns issuing products (named barriers 1 and 2), so
     // that one's softmax runs while the tensor cores work for the other.
