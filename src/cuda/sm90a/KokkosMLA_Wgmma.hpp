@@ -43,6 +43,24 @@ __device__ inline std::uint64_t descriptor(unsigned address, unsigned leading, u
          std::uint64_t((stride >> 4) & 0x3FFF) << 32 | std::uint64_t(1) << 62;
 }
 
+/// A descriptor (as `descriptor` makes it) split in its two words, whose
+/// start address moves by adding to the low word: exact while the operand
+/// stays inside the 256 KB shared window (the start field holds 14 bits of
+/// 16-byte units), one integer addition a product where a fresh descriptor
+/// takes three or four instructions.
+struct Operand {
+  unsigned low, high;
+  __device__ Operand(unsigned address, unsigned leading, unsigned stride) {
+    const std::uint64_t d = descriptor(address, leading, stride);
+    low = unsigned(d);
+    high = unsigned(d >> 32);
+  }
+  /// The descriptor of the operand `bytes` further on.
+  __device__ std::uint64_t at(unsigned bytes) const {
+    return std::uint64_t(high) << 32 | (low + (bytes >> 4));
+  }
+};
+
 /// Orders this thread's earlier register and shared-memory writes before the warpgroup's next products.
 __device__ inline void fence() {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
@@ -87,6 +105,11 @@ __device__ inline void pin(float (&d)[N]) {
   "{\n.reg .pred p;\nsetp.ne.b32 p, %18, 0;\n"                \
   "wgmma.mma_async.sync.aligned.m64n32k16.f32." TYPE "." TYPE \
   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+#define KOKKOSMLA_SS_N64(TYPE)                                                                             \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
 #define KOKKOSMLA_SS_N128(TYPE)                                                                             \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"                                                              \
   "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                                              \
@@ -100,6 +123,11 @@ __device__ inline void pin(float (&d)[N]) {
   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+#define KOKKOSMLA_SS_N64_TRANSPOSED(TYPE)                                                                  \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+  "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 1;\n}\n"
 
 /// d (64 x 32) = A B^T (+ d when `add`) over 16 columns: A (64 rows) and B
 /// (32 rows) K-major in shared memory. bf16 when Bf16, fp16 otherwise.
@@ -117,6 +145,34 @@ __device__ inline void product_n32(float (&d)[16], std::uint64_t a, std::uint64_
 #else
   (void)d, (void)a, (void)b, (void)add;
 #endif
+}
+
+/// d (64 x 64) = A B^T (+ d when `add`) over 16 columns: A (64 rows) and B
+/// (64 rows) K-major in shared memory. bf16 when Bf16, fp16 otherwise.
+template <bool Bf16>
+__device__ inline void product_n64(float (&d)[32], std::uint64_t a, std::uint64_t b, bool add) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_SS_N64("bf16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "l"(a), "l"(b), "r"(int(add)));
+  else
+    asm volatile(KOKKOSMLA_SS_N64("f16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "l"(a), "l"(b), "r"(int(add)));
+#else
+  (void)d, (void)a, (void)b, (void)add;
+#endif
+}
+
+/// d (64 x N) = A B^T (+ d when `add`) over 16 columns, N = 32 or 64.
+template <bool Bf16, int Accumulators>
+__device__ inline void product(float (&d)[Accumulators], std::uint64_t a, std::uint64_t b, bool add) {
+  static_assert(Accumulators == 16 || Accumulators == 32, "N = 32 or 64");
+  if constexpr (Accumulators == 16)
+    product_n32<Bf16>(d, a, b, add);
+  else
+    product_n64<Bf16>(d, a, b, add);
 }
 
 /// d (64 x 128) = A B^T (+ d when `add`) over 16 columns: A (64 rows) and B
@@ -158,12 +214,31 @@ __device__ inline void product_n64_transposed(float (&d)[32], const unsigned (&a
 #endif
 }
 
-/// Issues o += P V as one group: P's A fragments (one per 16 keys) from
-/// registers, V a swizzled tile of `keys` rows read transposed, chunk c of o
-/// from the tile's 64-column block first_block + c.
-template <bool Bf16, int Chunks, int Steps>
-__device__ inline void issue_values(float (&o)[Chunks][32], const unsigned (&pa)[Steps][4], unsigned tile_at,
-                                    int keys, int first_block) {
+/// d (64 x 64) += A B over 16 rows of B: A (64 x 16) K-major and B (16 x 64)
+/// MN-major, both in shared memory.
+template <bool Bf16>
+__device__ inline void product_n64_transposed(float (&d)[32], std::uint64_t a, std::uint64_t b) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_SS_N64_TRANSPOSED("bf16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "l"(a), "l"(b), "r"(1));
+  else
+    asm volatile(KOKKOSMLA_SS_N64_TRANSPOSED("f16")
+                 : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+                 : "l"(a), "l"(b), "r"(1));
+#else
+  (void)d, (void)a, (void)b;
+#endif
+}
+
+/// Issues o += P V as one group: P one A operand per 16 keys (mma.sync A
+/// fragments in registers, unsigned[4], or a shared-memory descriptor), V a
+/// swizzled tile of `keys` rows read transposed, chunk c of o from the
+/// tile's 64-column block first_block + c.
+template <bool Bf16, int Chunks, int Steps, class A>
+__device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps], unsigned tile_at, int keys,
+                                    int first_block) {
 #pragma unroll
   for (int c = 0; c < Chunks; ++c) pin(o[c]);
   fence();
@@ -179,8 +254,10 @@ __device__ inline void issue_values(float (&o)[Chunks][32], const unsigned (&pa)
 
 #undef KOKKOSMLA_F8
 #undef KOKKOSMLA_SS_N32
+#undef KOKKOSMLA_SS_N64
 #undef KOKKOSMLA_SS_N128
 #undef KOKKOSMLA_RS_N64_TRANSPOSED
+#undef KOKKOSMLA_SS_N64_TRANSPOSED
 
 }  // namespace wgmma
 }  // namespace Impl
