@@ -16,7 +16,8 @@
 // the buffer tile i left, tile i is used, and tile i + 1 is dequantised into
 // the other 16-bit tile, so the next barrier publishes it: no barrier of its
 // own, and its loads and conversions overlap other warps' products. Eight
-// threads share a token in both steps: one row lookup a thread.
+// threads share a token in both steps: one row lookup a thread a pass, in
+// 8 Keys / Threads passes.
 
 #include <KokkosMLA_Fp8.hpp>
 
@@ -43,7 +44,10 @@ struct Fp8KeyTiles {
   static constexpr int kPieces = kTokenBytes / 16;  // 16-byte pieces of a token: 41 or 36
   static constexpr int kStageBytes = Keys * kTokenBytes;
   static constexpr int kScratchBytes = Stages * kStageBytes;
-  static_assert(kTokenBytes % 16 == 0 && Threads == 8 * Keys, "16-byte pieces, eight threads a token");
+  static constexpr int kPassKeys = Threads / 8;  // tokens a pass
+  static constexpr int kPasses = Keys / kPassKeys;
+  static_assert(kTokenBytes % 16 == 0 && Threads % 8 == 0 && Keys % kPassKeys == 0,
+                "16-byte pieces, eight threads a token, whole passes");
 
   Fp8Keys keys;
 
@@ -71,18 +75,22 @@ struct Fp8KeyTiles {
   /// Starts copying keys k0 .. k0 + Keys - 1 of sequence b (zeros from
   /// `end` on; row_of(b, k) is key k's token) into `stage` as one group (an
   /// empty one when k0 >= end, so that every step commits one). Thread
-  /// `rank` copies pieces rank % 8 + 8j of token rank / 8.
+  /// `rank` copies pieces rank % 8 + 8j of tokens rank / 8 + kPassKeys pass.
   template <class Operands>
   __device__ void fetch(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end, char* stage,
                         int rank) const {
-    const int key = rank / 8, piece = rank % 8;
+    const int piece = rank % 8;
     if (k0 < end) {
-      const bool valid = k0 + key < end;
-      const std::uint8_t* from =
-          keys.tokens.latent + (valid ? op.key_row(b, k0 + key) : 0) * keys.tokens.latent_ld;
-      char* to = stage + key * kTokenBytes;
       KOKKOSMLA_UNROLL
-      for (int p = piece; p < kPieces; p += 8) copy_async<CopyVia::L2>(to + 16 * p, from + 16 * p, valid);
+      for (int pass = 0; pass < kPasses; ++pass) {
+        const int key = rank / 8 + kPassKeys * pass;
+        const bool valid = k0 + key < end;
+        const std::uint8_t* from =
+            keys.tokens.latent + (valid ? op.key_row(b, k0 + key) : 0) * keys.tokens.latent_ld;
+        char* to = stage + key * kTokenBytes;
+        KOKKOSMLA_UNROLL
+        for (int p = piece; p < kPieces; p += 8) copy_async<CopyVia::L2>(to + 16 * p, from + 16 * p, valid);
+      }
     }
     commit_copies();
   }
@@ -90,11 +98,18 @@ struct Fp8KeyTiles {
   /// Dequantises a staged tile; put(key, column, bits) stores 16 bytes
   /// (eight T values of [latent, RoPE key] columns column .. column + 7) of
   /// the kernel's tile. Thread `rank` takes latent channels 16 (rank % 8 +
-  /// 8j) .. + 15 of token rank / 8 (block j, whose scale it reads once) and
-  /// its RoPE values 8 (rank % 8) .. + 7.
+  /// 8j) .. + 15 of tokens rank / 8 + kPassKeys pass (block j, whose scale it
+  /// reads once) and their RoPE values 8 (rank % 8) .. + 7.
   template <class Put>
   __device__ void dequantise(const char* stage, int rank, Put put) const {
-    const int key = rank / 8, piece = rank % 8;
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kPasses; ++pass)
+      dequantise_token(stage, rank / 8 + kPassKeys * pass, rank % 8, put);
+  }
+
+  /// Piece `piece` (of eight) of staged token `key`'s dequantisation.
+  template <class Put>
+  __device__ void dequantise_token(const char* stage, int key, int piece, Put& put) const {
     const char* token = stage + key * kTokenBytes;
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
