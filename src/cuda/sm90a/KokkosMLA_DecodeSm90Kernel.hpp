@@ -10,39 +10,41 @@
 // (64 heads of a token, or all heads of Tq tokens, flattened) and one part of
 // its keys: each latent tile is read once for 64 rows, as FlashMLA does, where
 // the mma.sync kernel (DecodeTensorKernel) reads it once per 16. The 64 x 576
-// queries stay in team scratch for the whole part; 32-key tiles (32 x 576,
-// 36 KB) are copied by cp.async (through L2 only) three deep: the tile after
-// next is requested while this one's products run. Per tile:
-//   each warpgroup computes S over its half of the 576 columns (18 m64n32k16
-//   products, both operands in scratch), the halves are exchanged through
-//   scratch and added (a + b in both groups: the same bits), both groups run
-//   the same online softmax, and each accumulates P V into its 256 of the
-//   512 output columns (8 m64n64k16 products, P from registers, V the same
-//   tile read transposed): 128 fp32 accumulators per thread, 255 registers.
-// 72 + 3 x 36 KB of tiles and 16 KB of exchange take 197 KB: a Kokkos with
-// the CUDA shared-memory opt-in (one team per SM); the plan takes the
-// mma.sync path elsewhere, and below 64 query rows per sequence, where this
-// kernel's 64-row products are mostly empty (docs/performance.md).
+// queries stay in team scratch; keys come in 64-key tiles (64 x 576, 72 KB),
+// two deep. The warpgroups have roles, so that one's softmax runs while the
+// other's products keep the tensor cores busy:
+//   the scores group, per tile i: S = Q K_i^T over all 576 columns (36
+//     m64n64k16 products, both operands in scratch), the online softmax, P_i
+//     (16-bit) written over the tile's RoPE block (which only S reads) and
+//     the rows' running maxima published, then O[:, 0:256] rescaled and
+//     += P_i V_i (P from registers), and the tile released;
+//   the values group, per tile i: once both groups are done with tile i - 1,
+//     tile i + 1 copied into its buffer (cp.async through L2 only, the cache
+//     rows looked up a tile ahead), then, once P_i is published, its rows'
+//     corrections computed from the published maxima, O[:, 256:512] rescaled
+//     and += P_i V_i (P and V from scratch).
+// No team barrier per tile: mbarriers say when a key tile has landed (full),
+// when the scores group is done with it (empty; the values group is done
+// with its own), and when P_i is published and used. 128 fp32 accumulators
+// a thread in both groups. 72 KB of queries and 2 x 72 KB of tiles take
+// 218 KB: a Kokkos with the CUDA shared-memory opt-in (one team per SM);
+// the plan takes the mma.sync path elsewhere, and below 64 query rows per
+// sequence, where this kernel's 64-row products are mostly empty
+// (docs/performance.md, which also gives the 32-key design this one
+// replaced).
 //
-// The step is serial: products, exchange, softmax, products. Measured on the
-// H200 and dropped: issuing the next tile's S before this tile's softmax (a
-// second set of score accumulators: 0.93 ms instead of 0.63 at B = 128,
-// H = 128, S = 4096, the extra registers spilled), or this tile's P V and the
-// next S back to back with the row lookups a step ahead (0.68 ms, spills);
-// four warpgroups of 128 output columns each (128 registers a thread) spilled
-// 0.5 KB a thread. The kernel issues about a quarter of the tensor-core peak:
-// FlashMLA's overlap of softmax and products needs warp-specialised
-// producers and TMA, which this kernel does not have.
-//
-// FP8 caches: tokens staged as stored, two tiles deep, and dequantised by
-// the team a step ahead into the other of two 16-bit tiles, under the score
-// products of this one (KokkosMLA_Fp8Tiles.hpp; 202 KB of scratch). Sparse attention reads each query token's
-// listed keys (ListedKeys) as a sequence of its own.
+// FP8 caches: 32-key tiles, P published in a buffer of its own (two deep);
+// tokens staged as stored in two buffers (tile i + 1's copied while tile i's
+// are dequantised) and dequantised by the values group into the two 16-bit
+// tiles, a tile ahead of the scores group
+// (KokkosMLA_Fp8Tiles.hpp; 203 KB of scratch). Sparse attention reads each
+// query token's listed keys (ListedKeys) as a sequence of its own.
 //
 // Operands, part ranges and the writing of oa and lse are the mma.sync
 // kernel's (DecodeOperands): with several parts, each writes fp32 oa and lse
 // and DecodeMergeKernel combines them.
 
+#include "cuda/sm90a/KokkosMLA_Barriers.hpp"
 #include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
@@ -50,10 +52,14 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// Keys a tile of DecodeSm90Kernel: 64 from a 16-bit cache, 32 from FP8
+/// tokens (whose staging takes the room of the larger tiles).
+constexpr int decode_sm90_keys(CacheStorage storage) { return storage == CacheStorage::Native ? 64 : 32; }
+
 template <class T, int Rope, CacheStorage Storage = CacheStorage::Native, bool Listed = false>
 struct DecodeSm90Kernel
-    : DecodeOperands<T, 64, 32, Listed> {  // 64 query rows a team: one product's M; 32 keys a tile
-  using Base = DecodeOperands<T, 64, 32, Listed>;
+    : DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed> {  // 64 query rows a team: one product's M
+  using Base = DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed>;
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
       Base::row_groups;
@@ -63,23 +69,28 @@ struct DecodeSm90Kernel
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
-  static constexpr int kGroups = 2, kThreads = 128 * kGroups;
+  static constexpr int kGroups = 2, kGroupThreads = 128, kThreads = kGroupThreads * kGroups;
   static constexpr bool kFp8 = Storage != CacheStorage::Native;
   static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
-  // 16-bit caches: three tiles in scratch, two in flight while one is used.
-  // FP8 tokens: staged two tiles deep (one of 21 KB in flight) and dequantised
-  // a step ahead into two 16-bit tiles, under this tile's score products.
-  static constexpr int kStages = kFp8 ? 2 : 3;
-  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, 32, 256, 2>;
-  static constexpr int kSteps = kWidth / 16 / kGroups;  // k16 score steps per warpgroup: 18 (16)
-  static constexpr int kScores = kKeys / 2;             // score accumulators per thread: 16
-  static constexpr int kGroupOut = kRank / kGroups;     // output columns per warpgroup: 256
-  static constexpr int kChunks = kGroupOut / 64;        // n64 products per k16 step: 4
-  static constexpr int kPieces = kWidth / 8;            // 16-byte pieces per row: 72 (64)
+  static constexpr int kStages = 2;         // 16-bit key tiles: one in use, the next landing
+  static constexpr int kValuesBarrier = 1;  // the values group's named barrier (0 is the team's)
+  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, kKeys, kGroupThreads, 2>;
+  static constexpr int kSteps = kWidth / 16;         // k16 score steps: 36 (32)
+  static constexpr int kScores = kKeys / 2;          // score accumulators per thread: 32 (16)
+  static constexpr int kGroupOut = kRank / kGroups;  // output columns per warpgroup: 256
+  static constexpr int kChunks = kGroupOut / 64;     // n64 products per k16 step: 4
+  static constexpr int kPieces = kWidth / 8;         // 16-byte pieces per row: 72 (64)
   static constexpr int kQueryBytes = kWidth / 64 * kRows * 128;
   static constexpr int kTileBytes = kWidth / 64 * kKeys * 128;
-  static constexpr int kExchangeFloats = kScores * 128;  // one warpgroup's scores
-  static_assert(kWidth % 64 == 0 && kKeys % 16 == 0 && kKeys % 8 == 0, "whole swizzled blocks and steps");
+  // A published P: 64 rows x kKeys keys as one swizzled 64-column block (the
+  // products' K-major layout). With 64-key tiles of RoPE keys it is written
+  // over the tile's RoPE block, which only S reads: no room of its own.
+  static constexpr bool kProbabilitiesInTile = kKeys == 64 && kRope == 64;
+  static constexpr int kProbabilityBytes = kRows * 128;
+  static constexpr int kPublishedBytes = kProbabilitiesInTile ? 0 : 2 * kProbabilityBytes;
+  static constexpr int kMaximaBytes = 2 * kRows * int(sizeof(float));  // each tile's row maxima, two deep
+  static constexpr int kBarriers = 2 * kStages + 2 * 2;  // full and empty, of each key tile and each P
+  static_assert(kWidth % 64 == 0 && kKeys % 16 == 0 && kKeys <= 64, "whole swizzled blocks and steps");
   static_assert(kRows % 8 == 0 && kTileBytes % wgmma::kAtomBytes == 0, "blocks on 1024-byte boundaries");
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
@@ -91,9 +102,8 @@ struct DecodeSm90Kernel
   static constexpr CopyVia kCopyVia = CopyVia::L2;
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
-    return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) +
-           kGroups * kExchangeFloats * sizeof(float) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) +
-           wgmma::kAtomBytes;
+    return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) + kPublishedBytes + kMaximaBytes +
+           kBarriers * sizeof(std::uint64_t) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) + wgmma::kAtomBytes;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
@@ -107,8 +117,41 @@ struct DecodeSm90Kernel
   }
 
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  /// Where a team's scratch holds what (see the top of the file).
+  struct Scratch {
+    char* queries;
+    sync::Ring keys;           // key tiles; empty: the scores group is done with one
+    sync::Ring probabilities;  // published P and row maxima; empty: the values group is done with one
+    char* published;           // P of tiles 0, 1 (not kProbabilitiesInTile)
+    float* maxima;  // (2, kRows): each tile's running row maxima; at the end the final max and sums
+    char* staging;  // FP8 tokens
+    /// Where tile i's P is published.
+    __device__ char* probabilities_of(int i) const {
+      if constexpr (kProbabilitiesInTile)
+        return keys.buffer(i) + kRank / 64 * kKeys * 128;
+      else
+        return published + i % 2 * kProbabilityBytes;
+    }
+  };
+  __device__ static Scratch carve(char* raw) {
+    char* at = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + wgmma::kAtomBytes - 1) &
+                                       ~std::uintptr_t(wgmma::kAtomBytes - 1));
+    char* queries = at;
+    char* key_tiles = queries + kQueryBytes;
+    char* published = key_tiles + kStages * kTileBytes;
+    auto* maxima = reinterpret_cast<float*>(published + kPublishedBytes);
+    auto* barriers = reinterpret_cast<std::uint64_t*>(reinterpret_cast<char*>(maxima) + kMaximaBytes);
+    char* staging = reinterpret_cast<char*>(barriers + kBarriers);
+    return {queries,
+            {key_tiles, barriers, barriers + kStages, kStages, kTileBytes},
+            {nullptr, barriers + 2 * kStages, barriers + 2 * kStages + 2, 2, 0},
+            published,
+            maxima,
+            staging};
+  }
+
   /// Starts copying the team's 64 query rows [qa, q_rope] (zeros past the
-  /// sequence's last row) into the swizzled query tile.
+  /// sequence's last row) into the swizzled query tile, as one group.
   __device__ void stage_queries(std::int64_t b, std::int64_t first, char* to, int rank) const {
     const std::int64_t rows = queries * heads;
     const auto* qa_seq = reinterpret_cast<const Element*>(qa) + b * rows * kRank;
@@ -122,48 +165,95 @@ struct DecodeSm90Kernel
                               : reinterpret_cast<const Element*>(this->rope_row(b, n)) + (8 * piece - kRank);
       copy_async<CopyVia::L2>(to + wgmma::swizzled_offset(kRows, row, 8 * piece), from, valid);
     }
-  }
-
-  /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from
-  /// `end` on) into a swizzled tile as one group (an empty group from `end`
-  /// on, so that every step commits one): eight threads per key, each the
-  /// latent's 16-byte pieces piece + 8j (128 contiguous bytes per j) and RoPE
-  /// piece `piece`; one cache-row lookup per thread.
-  __device__ void stage_keys(std::int64_t b, std::int64_t k0, std::int64_t end, char* tile, int rank) const {
-    static_assert(kRope / 8 <= 8, "at most one RoPE piece per thread");
-    static_assert(kKeys * 8 == kThreads, "eight threads per key");
-    const int piece = rank % 8, key = rank / 8;
-    if (k0 >= end) return commit_copies();
-    const bool valid = k0 + key < end;
-    const std::int64_t row = valid ? this->key_row(b, k0 + key) : 0;
-    const T* latent = cache.latent + row * cache.latent_ld + 8 * piece;
-    KOKKOSMLA_UNROLL
-    for (int j = 0; j < kRank / 64; ++j)
-      copy_async<kCopyVia>(tile + wgmma::swizzled_offset(kKeys, key, 64 * j + 8 * piece), latent + 64 * j,
-                           valid);
-    if constexpr (kRope > 0)
-      copy_async<kCopyVia>(tile + wgmma::swizzled_offset(kKeys, key, kRank + 8 * piece),
-                           cache.rope + row * cache.rope_ld + 8 * piece, valid);
     commit_copies();
   }
 
+  /// Eight values-group threads copy a key, in passes of kPassKeys keys.
+  static constexpr int kPassKeys = kGroupThreads / 8, kPasses = kKeys / kPassKeys;
+  static_assert(kKeys % kPassKeys == 0, "whole passes");
+
+  /// The cache rows of this thread's keys of the tile from key k0 (one a
+  /// pass; 0 from `end` on), looked up a tile ahead of their copies so that
+  /// these do not wait for the block table.
+  struct TileRows {
+    std::int64_t row[kPasses];
+  };
+  __device__ TileRows tile_rows(std::int64_t b, std::int64_t k0, std::int64_t end, int thread) const {
+    TileRows r;
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const std::int64_t k = k0 + thread / 8 + kPassKeys * pass;
+      r.row[pass] = k < end ? this->key_row(b, k) : 0;
+    }
+    return r;
+  }
+
+  /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from
+  /// `end` on; their cache rows `rows`) into a swizzled tile, as one group:
+  /// each thread the latent's 16-byte pieces piece + 8j (128 contiguous
+  /// bytes per j) and RoPE piece `piece` of its key of each pass.
+  __device__ void stage_keys(std::int64_t k0, std::int64_t end, const TileRows& rows, char* tile,
+                             int thread) const {
+    static_assert(kRope / 8 <= 8, "at most one RoPE piece per thread");
+    const int piece = thread % 8;
+    KOKKOSMLA_UNROLL
+    for (int pass = 0; pass < kPasses; ++pass) {
+      const int key = thread / 8 + kPassKeys * pass;
+      const bool valid = k0 + key < end;
+      const T* latent = cache.latent + rows.row[pass] * cache.latent_ld + 8 * piece;
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < kRank / 64; ++j)
+        copy_async<kCopyVia>(tile + wgmma::swizzled_offset(kKeys, key, 64 * j + 8 * piece), latent + 64 * j,
+                             valid);
+      if constexpr (kRope > 0)
+        copy_async<kCopyVia>(tile + wgmma::swizzled_offset(kKeys, key, kRank + 8 * piece),
+                             cache.rope + rows.row[pass] * cache.rope_ld + 8 * piece, valid);
+    }
+    commit_copies();
+  }
+
+  /// The values group puts key tile i into its ring buffer, whose earlier
+  /// tile both groups are done with. 16-bit caches: its copies started (from
+  /// `rows`, then set to tile i + 1's), arriving on the tile's full barrier
+  /// as they land. FP8: once the group's copies of its tokens have landed
+  /// (threads read scales and RoPE values that others copied; the same
+  /// barrier says every thread is done with tile i - 1's staging buffer),
+  /// tile i + 1's tokens fetched into that buffer, and tile i's dequantised
+  /// and published. Nothing past the part's keys (no one waits for it), but
+  /// an empty copy group for a 16-bit cache: one group a fill.
+  __device__ void fill(const Scratch& sc, int i, std::int64_t b, std::int64_t begin, std::int64_t key_end,
+                       int thread, TileRows& rows) const {
+    const std::int64_t k0 = begin + std::int64_t(i) * kKeys;
+    if (k0 >= key_end) {
+      if constexpr (!kFp8) commit_copies();
+      return;
+    }
+    if constexpr (kFp8) {
+      wait_copies<0>();
+      sync::named_wait(kValuesBarrier, kGroupThreads);
+      fp8_tiles().fetch(*this, b, k0 + kKeys, key_end, Fp8Tiles::slot(sc.staging, i + 1), thread);
+      fp8_tiles().dequantise(Fp8Tiles::slot(sc.staging, i), thread, [&](int key, int column, uint4 bits) {
+        *reinterpret_cast<uint4*>(sc.keys.buffer(i) + wgmma::swizzled_offset(kKeys, key, column)) = bits;
+      });
+      wgmma::fence_shared_writes();
+      sc.keys.filled(i);
+    } else {
+      stage_keys(k0, key_end, rows, sc.keys.buffer(i), thread);
+      sc.keys.filled_when_copied(i);
+      rows = tile_rows(b, k0 + kKeys, key_end, thread);
+    }
+  }
+
   __device__ void attend(const Member& team) const {
-    const int rank = team.team_rank(), group = rank / 128, lane = rank % 32;
-    const int g = lane / 4, t = lane % 4;           // fragment row and column pair
-    const int row0 = 16 * ((rank % 128) / 32) + g;  // this thread's rows: row0, row0 + 8
+    const int rank = team.team_rank(), group = rank / kGroupThreads, thread = rank % kGroupThreads;
+    const int lane = rank % 32, t = lane % 4;        // fragment column pair
+    const int row0 = 16 * (thread / 32) + lane / 4;  // this thread's rows: row0, row0 + 8 (both groups)
     const std::int64_t groups = row_groups();
     const std::int64_t group_of_rows = team.league_rank() % groups;
     const int part = int(team.league_rank() / groups % splits);
     const std::int64_t b = team.league_rank() / (groups * splits);
     const std::int64_t rows = queries * heads, first = group_of_rows * kRows;
-
-    auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
-    char* query_tile =
-        reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + wgmma::kAtomBytes - 1) &
-                                ~std::uintptr_t(wgmma::kAtomBytes - 1));
-    char* key_tiles = query_tile + kQueryBytes;
-    float* exchange = reinterpret_cast<float*>(key_tiles + kStages * kTileBytes);  // (group, quad, thread, 4)
-    char* staging = reinterpret_cast<char*>(exchange + kGroups * kExchangeFloats);  // FP8 tokens
+    const Scratch sc = carve(static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes())));
 
     // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
     const std::int64_t length = this->length(b);
@@ -173,128 +263,188 @@ struct DecodeSm90Kernel
     std::int64_t begin, end;
     part_range(length, part, begin, end);
     const std::int64_t last = (first + kRows < rows ? first + kRows : rows) - 1;
-    const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;     // the last row sees most
-    const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
-    const std::int64_t n0 = first + row0, n1 = n0 + 8;
-    const std::int64_t end0 = row_end(n0) < end ? row_end(n0) : end;
-    const std::int64_t end1 = row_end(n1) < end ? row_end(n1) : end;
+    const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;  // the last row sees most
+    // Key positions are below 2^30 (validated): tiles count in 32 bits.
+    const int tiles = int((team_end - begin + kKeys - 1) / kKeys);
+
+    if (rank == 0)
+      for (int i = 0; i < kBarriers; ++i) sync::init(sc.keys.full + i, kGroupThreads);  // one group arrives
+    team.team_barrier();
+    stage_queries(b, first, sc.queries, rank);
+    TileRows key_rows{};  // of the values group's next fill (16-bit caches)
+    if (group == 1) {
+      if constexpr (kFp8)
+        fp8_tiles().fetch(*this, b, begin, team_end, Fp8Tiles::slot(sc.staging, 0), thread);
+      else
+        key_rows = tile_rows(b, begin, team_end, thread);
+      fill(sc, 0, b, begin, team_end, thread, key_rows);
+      wait_copies<1>();  // the queries' group: the oldest (FP8: waited for by the fill)
+    } else {
+      wait_copies<0>();
+    }
+    wgmma::fence_shared_writes();
+    team.team_barrier();  // the queries visible
 
     float o[kChunks][32];
     KOKKOSMLA_UNROLL
     for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
     for (int i = 0; i < 32; ++i) o[c][i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (log2 units), lane's sums
-    const float scale2 = scale * 1.4426950408889634f;        // exp(x) = exp2(x log2(e))
-    const unsigned queries_at = unsigned(__cvta_generic_to_shared(query_tile));
-
-    // Key positions are below 2^30 (validated): the loop counts in 32 bits.
-    const int key_end = int(team_end), mask_from = int(edge_from), visible0 = int(end0), visible1 = int(end1);
-    auto tile_at = [&](int stage) {
-      return unsigned(__cvta_generic_to_shared(key_tiles + stage * kTileBytes));
-    };
-    stage_queries(b, first, query_tile, rank);  // in the first tile's group
-    if constexpr (kFp8) {
-      fp8_tiles().start(*this, b, begin, key_end, staging, rank);
-      Fp8Tiles::wait_first();
-      team.team_barrier();
-      dequantise(staging, 0, key_tiles, rank);
+    if (group == 0) {
+      const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
+      const std::int64_t n0 = first + row0, n1 = n0 + 8;
+      const int visible0 = int(row_end(n0) < end ? row_end(n0) : end) - int(begin);
+      const int visible1 = int(row_end(n1) < end ? row_end(n1) : end) - int(begin);
+      score_tiles(sc, o, m, l, tiles, int(edge_from - begin), visible0, visible1, row0, t);
     } else {
-      stage_keys(b, begin, key_end, key_tiles, rank);
-      stage_keys(b, begin + kKeys, key_end, key_tiles + kTileBytes, rank);
+      value_tiles(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
     }
+    team.team_barrier();  // with one part, oa overwrites the team's qa rows: every copy of them is done
+    // The values group takes the rows' final max and sums (each row's sum on its lane t = 0).
+    if (group == 0) {
+      float sum[2] = {l[0], l[1]};
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+        sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+        if (t == 0) sc.maxima[row0 + 8 * r] = m[r], sc.maxima[kRows + row0 + 8 * r] = sum[r];
+      }
+    }
+    team.team_barrier();
+    if (group == 1) {
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r)
+        m[r] = sc.maxima[row0 + 8 * r], l[r] = t == 0 ? sc.maxima[kRows + row0 + 8 * r] : 0.f;
+    }
+    finish(o, m, l, b, part, first + row0, t, group);
+    team.team_barrier();  // all done with the barriers: the block's next team sets them up anew
+    if (rank == 0)
+      for (int i = 0; i < kBarriers; ++i) sync::invalidate(sc.keys.full + i);
+  }
 
+  /// The scores group: per tile, S (both operands in scratch), the online
+  /// softmax (keys from `mask_from` on masked past visible0 / visible1,
+  /// counted from the part's first key), P and the rows' maxima published,
+  /// and O[:, 0:256] += P V. The tile is released as soon as these products
+  /// are done, so that the values group refills its buffer while the next
+  /// tile's S runs. (Releasing it during the next S, by waiting for all but
+  /// the last group, and issuing the next tile's S before this tile's
+  /// softmax, into a second set of scores, both made ptxas serialise the
+  /// products, C7514; the second also spilled 130-250 bytes a thread.)
+  __device__ void score_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], float (&l)[2],
+                              int tiles, int mask_from, int visible0, int visible1, int row0, int t) const {
+    const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
+    const wgmma::Operand queries_at(unsigned(__cvta_generic_to_shared(sc.queries)), 0, wgmma::kAtomBytes);
     float s[kScores];  // defined before the first product: undefined, ptxas serialized every product (C7515)
     KOKKOSMLA_UNROLL
     for (int i = 0; i < kScores; ++i) s[i] = 0.f;
-    for (int k0 = int(begin), step = 0, stage = 0; k0 < key_end;
-         k0 += kKeys, ++step, stage = stage + 1 < kStages ? stage + 1 : 0) {
-      // FP8: the next tile's tokens. 16-bit: this tile's group (the first: and
-      // the queries'); the next may still run.
-      if constexpr (kFp8)
-        Fp8Tiles::wait_next();
-      else
-        wait_copies<kStages - 2>();
+    for (int i = 0; i < tiles; ++i) {
+      const int k0 = i * kKeys;
+      const unsigned tile_at = unsigned(__cvta_generic_to_shared(sc.keys.buffer(i)));
+      sc.keys.await(i);
       wgmma::fence_shared_writes();
-      team.team_barrier();  // the tile visible; every group done with the tile before it
-      issue_partial_scores(s, queries_at, tile_at(stage), group);
-      if constexpr (kFp8) {
-        // Under the products: the tile Stages on fetched, the next one dequantised into the other tile.
-        fp8_tiles().fetch_ahead(*this, b, k0, key_end, staging, step, rank);
-        dequantise(staging, step + 1, key_tiles + (stage + 1) % kStages * kTileBytes, rank);
-      } else {
-        // The tile after next into the last one's buffer: row lookups and copies under the products.
-        stage_keys(b, k0 + (kStages - 1) * kKeys, key_end,
-                   key_tiles + (stage + kStages - 1) % kStages * kTileBytes, rank);
-      }
-      wgmma::wait<0>();
+      issue_scores(s, queries_at, tile_at);
+      wgmma::wait<0>();  // S_i
       wgmma::pin(s);
-      exchange_partial_scores(team, s, exchange, group, rank % 128);
-      const bool edge = k0 + kKeys > mask_from;
       float correction[2];
-      wgmma::online_softmax(s, m, l, correction, edge, visible0 - k0, visible1 - k0, t, scale2);
-      KOKKOSMLA_UNROLL
-      for (int c = 0; c < kChunks; ++c) wgmma::rescale(o[c], correction);
-      issue_accumulate(o, s, tile_at(stage), group);
-      wgmma::wait<0>();
+      wgmma::online_softmax(s, m, l, correction, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t,
+                            scale2);
+      unsigned pa[kKeys / 16][4];
+      wgmma::pack_probabilities<Ops>(pa, s);
+      if (i >= 2) sc.probabilities.await_release(i - 2);
+      publish(sc, i, pa, m, row0, t);
+      sc.probabilities.filled(i);
+      rescale_unless_unchanged(o, correction);
+      wgmma::issue_values<kBf16>(o, pa, tile_at, kKeys, 0);
+      wgmma::wait<0>();  // the tensor cores take S_{i+1} after these products in any case
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
+      sc.keys.release(i);
     }
-    wait_copies<0>();     // the queries' copies, when the part had no key
-    team.team_barrier();  // with one part, oa overwrites the team's qa rows: every copy of them is done
-    finish(o, m, l, b, part, n0, t, group);
+  }
+
+  /// The values group: per tile, the next tile filled into the buffer the
+  /// previous one leaves, then O[:, 256:512] rescaled by the correction of
+  /// the published row maxima (the scores group's arithmetic, so the same
+  /// bits) and += P V from scratch.
+  __device__ void value_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], int tiles,
+                              std::int64_t b, std::int64_t begin, std::int64_t key_end, int row0, int thread,
+                              TileRows& rows) const {
+    for (int i = 0; i < tiles; ++i) {
+      wgmma::wait<0>();  // O += P_{i-1} V_{i-1} (unconditional: ptxas serialises products otherwise, C7514)
+      KOKKOSMLA_UNROLL
+      for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
+      if (i > 0) {
+        sc.probabilities.release(i - 1);
+        sc.keys.await_release(i - 1);
+      }
+      fill(sc, i + kStages - 1, b, begin, key_end, thread, rows);
+      sc.probabilities.await(i);
+      sc.keys.await(i);
+      wgmma::fence_shared_writes();
+      const float* maxima = sc.maxima + i % 2 * kRows;
+      float correction[2];
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        const float top = maxima[row0 + 8 * r];
+        correction[r] = fast_exp2(m[r] - (top == -INFINITY ? 0.f : top));
+        m[r] = top;
+      }
+      rescale_unless_unchanged(o, correction);
+      const wgmma::Operand p(unsigned(__cvta_generic_to_shared(sc.probabilities_of(i))), 0,
+                             wgmma::kAtomBytes);
+      std::uint64_t pd[kKeys / 16];
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < kKeys / 16; ++j) pd[j] = p.at(32 * j);
+      wgmma::issue_values<kBf16>(o, pd, unsigned(__cvta_generic_to_shared(sc.keys.buffer(i))), kKeys,
+                                 kChunks);
+    }
+    wgmma::wait<0>();
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
+    wait_copies<0>();  // nothing of this part still landing in scratch
   }
 
   __device__ Fp8Tiles fp8_tiles() const { return Fp8Tiles{this->fp8}; }
 
-  /// Dequantises the staged tokens of the part's tile `tile` into the swizzled tile `to`.
-  __device__ void dequantise(char* staging, int tile, char* to, int rank) const {
-    fp8_tiles().dequantise(Fp8Tiles::slot(staging, tile), rank, [&](int key, int column, uint4 bits) {
-      *reinterpret_cast<uint4*>(to + wgmma::swizzled_offset(kKeys, key, column)) = bits;
-    });
+  /// Rescales o by its rows' corrections, unless every row of the warp keeps
+  /// its max (all corrections 1: most tiles once the max has settled), which
+  /// saves 128 multiplications a thread on the path to the next products.
+  __device__ static void rescale_unless_unchanged(float (&o)[kChunks][32], const float (&correction)[2]) {
+    if (__all_sync(0xffffffffu, correction[0] == 1.f && correction[1] == 1.f)) return;
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) wgmma::rescale(o[c], correction);
   }
 
-  /// Issues s = Q K^T over this warpgroup's half of the columns (the first
-  /// product overwrites s), as one group.
-  __device__ static void issue_partial_scores(float (&s)[kScores], unsigned queries_at, unsigned tile_at,
-                                              int group) {
+  /// Writes this thread's P fragments (rows row0 and row0 + 8, keys 16j + 2t
+  /// and 16j + 8 + 2t) into tile i's published P, K-major, and (lane t = 0)
+  /// its rows' running maxima; visible to the values group's products.
+  __device__ static void publish(const Scratch& sc, int i, const unsigned (&pa)[kKeys / 16][4],
+                                 const float (&m)[2], int row0, int t) {
+    char* published = sc.probabilities_of(i);
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < kKeys / 16; ++j) KOKKOSMLA_UNROLL
+    for (int q = 0; q < 4; ++q) {
+      const int row = row0 + 8 * (q % 2), key = 16 * j + 8 * (q / 2) + 2 * t;
+      *reinterpret_cast<unsigned*>(published + wgmma::swizzled_offset(kRows, row, key)) = pa[j][q];
+    }
+    if (t == 0) sc.maxima[i % 2 * kRows + row0] = m[0], sc.maxima[i % 2 * kRows + row0 + 8] = m[1];
+    wgmma::fence_shared_writes();
+  }
+
+  /// Issues s = Q K^T over all kWidth columns (the first product overwrites
+  /// s), as one group: the 64 query rows against the tile's keys.
+  __device__ static void issue_scores(float (&s)[kScores], const wgmma::Operand& queries_at,
+                                      unsigned tile_at) {
+    const wgmma::Operand keys_at(tile_at, 0, wgmma::kAtomBytes);
     wgmma::fence();
     KOKKOSMLA_UNROLL
-    for (int i = 0; i < kSteps; ++i) {
-      const int step = group * kSteps + i, block = step / 4, within = 32 * (step % 4);
-      wgmma::product_n32<kBf16>(
-          s, wgmma::descriptor(queries_at + block * kRows * 128 + within, 0, wgmma::kAtomBytes),
-          wgmma::descriptor(tile_at + block * kKeys * 128 + within, 0, wgmma::kAtomBytes), i > 0);
+    for (int step = 0; step < kSteps; ++step) {
+      const int block = step / 4, within = 32 * (step % 4);
+      wgmma::product<kBf16>(s, queries_at.at(block * kRows * 128 + within),
+                            keys_at.at(block * kKeys * 128 + within), step > 0);
     }
     wgmma::commit();
-  }
-
-  /// Adds the other warpgroup's partial scores to this one's through
-  /// scratch: threads of the same rank in the two groups hold the same (row,
-  /// key) entries, and a + b = b + a, so both groups hold the same S.
-  __device__ static void exchange_partial_scores(const Member& team, float (&s)[kScores], float* exchange,
-                                                 int group, int thread) {
-    KOKKOSMLA_UNROLL
-    for (int q = 0; q < kScores / 4; ++q)
-      store_shared(exchange + group * kExchangeFloats + (q * 128 + thread) * 4,
-                   {s[4 * q], s[4 * q + 1], s[4 * q + 2], s[4 * q + 3]});
-    team.team_barrier();
-    KOKKOSMLA_UNROLL
-    for (int q = 0; q < kScores / 4; ++q) {
-      float v[4];
-      load_shared(exchange + (1 - group) * kExchangeFloats + (q * 128 + thread) * 4, v);
-      KOKKOSMLA_UNROLL
-      for (int e = 0; e < 4; ++e) s[4 * q + e] += v[e];
-    }
-  }
-
-  /// Issues o += P V over this warpgroup's 256 output columns, as one group:
-  /// P from the scores' registers (tiles 2j, 2j + 1 are the A fragment of
-  /// keys 16j ..), V the tile's latent columns read transposed.
-  __device__ static void issue_accumulate(float (&o)[kChunks][32], const float (&p)[kScores],
-                                          unsigned tile_at, int group) {
-    unsigned pa[kKeys / 16][4];
-    wgmma::pack_probabilities<Ops>(pa, p);
-    wgmma::issue_values<kBf16>(o, pa, tile_at, kKeys, group * kChunks);
   }
 
   /// Normalises and writes this thread's oa of rows n0 and n0 + 8 (this
