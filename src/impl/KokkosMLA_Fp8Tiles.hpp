@@ -11,13 +11,14 @@
 //                two 16-bit tiles: e4m3 x scale in fp32 (the contract's
 //                value), rounded to T once; bf16 RoPE keys of Fp8PerBlock as
 //                they are (bf16) or rounded (fp16).
-// Per step i of the kernel: the tokens of tile i + 1 are waited for and made
-// visible by the step's first team barrier, tile i + Stages is fetched into
-// the buffer tile i left, tile i is used, and tile i + 1 is dequantised into
-// the other 16-bit tile, so the next barrier publishes it: no barrier of its
-// own, and its loads and conversions overlap other warps' products. Eight
-// threads share a token in both steps: one row lookup a thread a pass, in
-// 8 Keys / Threads passes.
+// Per step i of the mma.sync kernel: the tokens of tile i + 1 are waited
+// for and made visible by the step's first team barrier, tile i + Stages is
+// fetched into the buffer tile i left, tile i is used, and tile i + 1 is
+// dequantised into the other 16-bit tile, so the next barrier publishes it:
+// no barrier of its own, and its loads and conversions overlap other warps'
+// products. Eight threads share a token in both steps: one row lookup a
+// thread a pass, in 8 Keys / Threads passes. DecodeSm90's values group calls
+// fetch and dequantise itself (one tile ahead, behind the group's barrier).
 
 #include <KokkosMLA_Fp8.hpp>
 
