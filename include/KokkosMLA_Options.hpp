@@ -57,19 +57,21 @@ struct Options {
   /// the host and check every entry before launching. That synchronises with
   /// the device; a serving loop that guarantees valid indices may turn it off.
   bool check_cache_indices = true;
-  /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
-  /// Decompressed algorithm (head_dim 64 or 128) on tensor cores in TF32,
-  /// whose products keep 10 mantissa bits of each operand (relative error
-  /// 2^-11 rounded, 2^-10 truncated; docs/performance.md states the bound on
-  /// out). Every other plan ignores it.
+  /// float plans on CUDA GPUs of compute capability 8.0 and newer: run on
+  /// tensor cores in TF32, whose products keep 10 mantissa bits of each
+  /// operand (relative error 2^-11 rounded, 2^-10 truncated;
+  /// docs/performance.md states the bound on out): prefill by the
+  /// Decompressed algorithm (head_dim 64 or 128), and cache attention over
+  /// native caches of latent 512 with RoPE 64 or none (the DecodeTensorSm80
+  /// path, where Kokkos lets a team have 78 KB of scratch). Every other plan
+  /// ignores it.
   bool allow_tf32 = false;
   /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
-  /// Decompressed algorithm (head_dim 64 or 128) on tensor cores with fp32
-  /// accuracy: every product as three TF32 products of the operands' high and
-  /// low parts (3xTF32); the K and V GEMMs in fp32. Its error stays within
-  /// twice that of plain fp32
-  /// (docs/performance.md); it takes precedence over allow_tf32. Every other
-  /// plan ignores it.
+  /// same tensor-core paths as allow_tf32 with fp32 accuracy: every product
+  /// of the attention as three TF32 products of the operands' high and low
+  /// parts (3xTF32), the GEMMs around it in fp32. Its error stays within
+  /// twice that of plain fp32 (docs/performance.md); it takes precedence
+  /// over allow_tf32. Every other plan ignores it.
   bool emulate_fp32 = false;
   /// Runs this execution path instead of the plan's choice (A/B comparisons
   /// of kernels, reproducing a result across machines): a Plan or CachePlan

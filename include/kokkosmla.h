@@ -91,8 +91,8 @@ typedef struct kokkosmla_options {
      and the block table (which synchronises with the device), for serving
      loops that guarantee them valid. */
   int skip_index_check;
-  /* float prefill on CUDA GPUs: Options::allow_tf32 (TF32 products) and
-     Options::emulate_fp32 (3xTF32 products, fp32 accuracy). */
+  /* float prefill and cache attention on CUDA GPUs: Options::allow_tf32
+     (TF32 products) and Options::emulate_fp32 (3xTF32 products, fp32 accuracy). */
   int allow_tf32;
   int emulate_fp32;
 } kokkosmla_options;

@@ -12,7 +12,9 @@ PyTorch baseline (TF32 off), in the same dtype, on a contiguous cache:
 
 With --dtype float32 it also runs the float decode on the CacheRegisters path
 (decode_registers/float/..., rows kokkosmla-cache-registers) where the
-benchmark has it, for an A/B of the kernels in the same run.
+benchmark has it, for an A/B of the kernels in the same run, and the float
+decode on tensor cores with TF32 and 3xTF32 products (decode/tf32/...,
+decode/fp32emu/...: rows of dtype tf32 and fp32emu, against PyTorch fp32).
 With --dtype bfloat16 or float16 it also times the tensor-core attention alone
 (decode_attention/bf16/... or fp16/..., absorbed queries in, oa out) as FlashMLA's own
 benchmark times its kernel (on Hopper builds the mma.sync kernel's beside it,
@@ -151,8 +153,8 @@ def run_torch(shapes, dtype="float32"):
 
 def run_ours(args, shapes):
     names = "|".join(name(*s) for s in shapes)
-    prefix = TYPES[args.dtype][0] + ("|fp8" if args.fp8 else "")
-    flt = "^decode(_registers)?/%s/(%s)" % (prefix, names)
+    prefix = TYPES[args.dtype][0] + ("|fp8" if args.fp8 else "") + ("|tf32|fp32emu" if args.dtype == "float32" else "")
+    flt = "^decode(_registers)?/(%s)/(%s)" % (prefix, names)
     if args.dtype != "float32":
         flt = "^decode(_attention|_attention_sm80)?/(%s)/(%s)" % (prefix, names)
     if args.sparse:
@@ -162,6 +164,7 @@ def run_ours(args, shapes):
     scratch = context.get("team_scratch") or args.team_scratch
     for b in medians:
         kind, label, shape = b["run_name"].split("/")[:3]
+        label = None if label == TYPES[args.dtype][0] else label  # the dtype's own rows
         B, Tq, H, S = (int(x) for x in re.findall(r"\d+", shape)[:4])
         if kind == "decode_sparse_attention":
             r = attention_row(B, Tq, H, S, "kokkosmla-sparse", args.backend, b["real_time"], args.dtype, label, TOPK)

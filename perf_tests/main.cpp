@@ -33,6 +33,8 @@
 // the mma.sync prefill, for an A/B against the Hopper path Auto takes.
 // decode_registers/float/... (CUDA) runs the float decode on the
 // CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
+// decode/tf32/... and decode/fp32emu/... run the float decode with
+// Options::allow_tf32 and Options::emulate_fp32 (FlashMLA's shapes).
 //
 //   kokkosmla_perf_tests --benchmark_filter='float/.*B4_T1024'   # one shape
 //   kokkosmla_perf_tests --benchmark_filter='decode/'           # the decode shapes
@@ -473,12 +475,12 @@ void run_decode_strided_q(benchmark::State& state, DecodeShape d) {
   state.SetLabel("q, q_rope strided, " + plan.describe());
 }
 
-/// A decode step on the plan's path, or on the path given (A/B in one run).
+/// A decode step on the plan's path, or on the path given (A/B in one run),
+/// with `opt`'s products (TF32, 3xTF32).
 template <class T>
 void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path> path,
-                     CacheStorage storage = CacheStorage::Native) {
+                     CacheStorage storage = CacheStorage::Native, Options opt = {}) {
   DecodeInputs<T> in(d, storage);
-  Options opt;
   opt.check_cache_indices = false;  // as a serving loop would run it
   opt.path = path;
   CachePlan<T, Space> plan(Space(), cache_shape(in.args), opt);
@@ -495,7 +497,7 @@ void run_decode_with(benchmark::State& state, DecodeShape d, std::optional<Path>
   static std::map<std::string, double> errors;
   const std::string key = std::to_string(d.heads) + "/" + std::to_string(d.queries) + "/" +
                           std::to_string(d.keys) + "/" + std::to_string(d.rope_dim) + "/" +
-                          to_string(storage);
+                          to_string(storage) + "/" + plan.describe();  // each path and products its own
   if (!errors.count(key)) errors[key] = decode_relative_error(d, in);
   state.counters["relerr"] = errors[key];
   state.SetLabel(plan.describe());
@@ -509,6 +511,15 @@ void run_decode(benchmark::State& state, DecodeShape d) {
 template <class T, Path P>
 void run_decode_on(benchmark::State& state, DecodeShape d) {
   run_decode_with<T>(state, d, P);
+}
+
+/// A float decode step with TF32 products (allow_tf32), or with 3xTF32 (emulate_fp32).
+template <bool Emulate>
+void run_decode_tensor_float(benchmark::State& state, DecodeShape d) {
+  Options opt;
+  opt.allow_tf32 = !Emulate;
+  opt.emulate_fp32 = Emulate;
+  run_decode_with<float>(state, d, std::nullopt, CacheStorage::Native, opt);
 }
 
 std::string decode_name(const DecodeShape& d) {
@@ -707,6 +718,10 @@ int main(int argc, char** argv) {
 #endif
 #endif
     KokkosMLA::Bench::register_decode<float>("float");
+    KokkosMLA::Bench::register_decode_kind("decode", "tf32", KokkosMLA::Bench::DecodeShapes::FlashMLA,
+                                           &KokkosMLA::Bench::run_decode_tensor_float<false>);
+    KokkosMLA::Bench::register_decode_kind("decode", "fp32emu", KokkosMLA::Bench::DecodeShapes::FlashMLA,
+                                           &KokkosMLA::Bench::run_decode_tensor_float<true>);
 #ifdef KOKKOS_ENABLE_CUDA
     // The float decode on the path CacheBlocked replaced on GPUs, beside it.
     KokkosMLA::Bench::register_decode_kind(

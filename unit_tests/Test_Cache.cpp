@@ -8,6 +8,7 @@
 #include "impl/KokkosMLA_Compat.hpp"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <functional>
 #include <iostream>
@@ -1653,6 +1654,75 @@ TYPED_TEST(HalfCache, MisalignedCacheIsRejected) {
       typename LatentCache<T>::Tokens(spare.data() + 1, latent.extent(0), latent.extent(1), latent.extent(2));
   const CachePlan<T> plan(Space(), cache_shape(a));
   expect_rejected<T>([&] { plan.execute(Space(), a); }, {"cache.latent", "16-byte aligned"}, a.out);
+}
+
+/// Errors of out and lse of a float CachePlan with `opt` on l's data against
+/// the float64 reference, rows that see no key checked exactly (out 0, lse
+/// +inf) and left out, then the reference's largest |out| (at least 1); the
+/// plan's path in *path.
+std::array<double, 3> float_cache_errors(const Logical& l, const DeviceCache<float>& dc, const Options& opt,
+                                         Path* path) {
+  const CacheArguments<float> a = arguments(l, dc);
+  const CachePlan<float> plan(Space(), cache_shape(a), opt);
+  plan.execute(Space(), a);
+  *path = plan.path();
+  std::vector<double> want_lse, want = l.reference(opt, &want_lse);
+  std::vector<double> out = Problem<float>::host_copy(a.out), lse = Problem<float>::host_copy(a.lse);
+  expect_idle_rows_empty(out, lse, want, want_lse, l.c.head_dim);
+  double peak = 1;
+  for (double x : want) peak = std::max(peak, std::abs(x));
+  return {max_error(out, want), max_error(lse, want_lse), peak};
+}
+
+// float cache attention on the mma.sync decode kernel: with emulate_fp32
+// (3xTF32 products, fp32 GEMMs) out and lse within twice the error of the
+// exact fp32 kernels on the same inputs, give or take a few units of 2^-22
+// (3xTF32 keeps each operand to 2^-22, fp32 to 2^-24: where the exact
+// kernels' error is at fp32's floor, a few units of the emulation's show),
+// and far inside TF32's; with allow_tf32 within 8 units of TF32's rounding
+// of the largest output. Rows
+// that see no key get out 0 and lse +inf. Where the kernel does not apply
+// (other widths; a Kokkos without the shared-memory opt-in, as its fp32
+// tiles take 78 KB) both options change nothing, bit for bit.
+TEST(FloatCache, TensorCoreDecodeAsAccurateAsFp32) {
+  std::vector<CacheCase> cases = half_cases();
+  cases.push_back({3, 2, 16, 16, 512, 64, 128, 64, false, {0, 1, 128}});  // an idle slot, a length below Tq
+  cases.push_back({2, 2, 128, 8, 512, 64, 144, 16, true, {130, 49}});     // 2 tokens x 128 heads
+  std::uint64_t seed = 1300;
+  int on_tensor_cores = 0;
+  for (const CacheCase& c : cases)
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(describe(c) + " splits=" + std::to_string(splits));
+      const Logical l = rounded_to<float>(c, ++seed);
+      const DeviceCache<float> dc(l, seed);
+      Options exact, emulated, tf32;
+      for (Options* o : {&exact, &emulated, &tf32}) o->kv_splits = splits, o->causal = splits == 1;
+      emulated.emulate_fp32 = true;
+      emulated.allow_tf32 = true;  // emulate_fp32 takes precedence
+      tf32.allow_tf32 = true;
+      Path exact_path, emulated_path, tf32_path;
+      const auto fp32 = float_cache_errors(l, dc, exact, &exact_path);
+      const auto emu = float_cache_errors(l, dc, emulated, &emulated_path);
+      const auto tf = float_cache_errors(l, dc, tf32, &tf32_path);
+      EXPECT_NE(exact_path, Path::DecodeTensorSm80);
+      const bool tensor =
+          c.latent_dim == 512 && (c.rope_dim == 64 || c.rope_dim == 0) && large_team_scratch();
+      if (!tensor) {
+        EXPECT_EQ(emulated_path, exact_path);
+        EXPECT_EQ(tf32_path, exact_path);
+        EXPECT_EQ(emu, fp32);
+        EXPECT_EQ(tf, fp32);
+        continue;
+      }
+      ++on_tensor_cores;
+      EXPECT_EQ(emulated_path, Path::DecodeTensorSm80);
+      EXPECT_EQ(tf32_path, Path::DecodeTensorSm80);
+      EXPECT_LE(emu[0], 2 * fp32[0] + 4 * std::ldexp(1.0, -22) * fp32[2]) << "fp32 error " << fp32[0];
+      EXPECT_LE(emu[1], 2 * fp32[1] + 1e-6) << "fp32 lse error " << fp32[1];
+      EXPECT_LT(emu[0], tf[0] / 8) << "against TF32";
+      EXPECT_LE(tf[0], 8 * std::ldexp(1.0, -11) * fp32[2]);
+    }
+  if (large_team_scratch()) EXPECT_GT(on_tensor_cores, 0);
 }
 #endif
 #endif

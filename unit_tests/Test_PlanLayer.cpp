@@ -285,6 +285,35 @@ TEST(PathChoice, TensorDecodeTakesFp8CachesWithLargeScratch) {
 }
 #endif
 
+#if KOKKOSMLA_ENABLE_SM80
+// float plans take the mma.sync decode path only when asked to (TF32 or
+// 3xTF32), on native caches of its widths, where the large team scratch
+// holds two fp32 tiles (78 KB a team).
+TEST(PathChoice, TensorDecodeTakesFloatWithTf32OrEmulationAndLargeScratch) {
+  using Unit = Impl::DecodeTensorSm80Path<float, Kokkos::Cuda>;
+  auto takes = [](const Backend& be, const CacheShape& s, bool tf32, bool emulate) {
+    Impl::CacheProblem p;
+    p.shape = s;
+    p.backend = be;
+    p.backend.compute_capability = 90;
+    p.options.allow_tf32 = tf32;
+    p.options.emulate_fp32 = emulate;
+    return Unit::applicable(p);
+  };
+  const CacheShape h16{128, 1, 16, 128, 512, 64, 4096}, no_rope{128, 1, 16, 128, 512, 0, 4096},
+      other_widths{128, 1, 16, 128, 256, 64, 4096};
+  CacheShape fp8 = h16;
+  fp8.storage = CacheStorage::Fp8PerBlock;
+  EXPECT_TRUE(takes(large, h16, false, true));
+  EXPECT_TRUE(takes(large, h16, true, false));
+  EXPECT_TRUE(takes(large, no_rope, false, true));
+  EXPECT_FALSE(takes(large, h16, false, false));  // exact fp32: the CUDA-core kernels
+  EXPECT_FALSE(takes(classic, h16, false, true));
+  EXPECT_FALSE(takes(large, other_widths, false, true));
+  EXPECT_FALSE(takes(large, fp8, false, true));
+}
+#endif
+
 #if KOKKOSMLA_ENABLE_SM90A && KOKKOSMLA_HAS_BHALF
 // The Hopper prefill path takes head_dim 64 and 128 on compute capability
 // 9.0 alone, with the opt-in's team scratch, for the Decompressed algorithm.

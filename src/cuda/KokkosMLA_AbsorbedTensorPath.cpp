@@ -68,7 +68,7 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
     require_aligned(caller, "cache.fp8.tokens", a.cache.fp8.tokens.data(), 16);  // tokens of 656 or 576 bytes
   } else {
     require_aligned(caller, "cache.latent", a.cache.latent.data(), 16);
-    if (a.cache.latent.extent(2) % 8 != 0)
+    if (a.cache.latent.extent(2) * sizeof(Scalar) % 16 != 0)
       throw std::invalid_argument(std::string(caller) + ": cache.latent's rows (" +
                                   std::to_string(a.cache.latent.extent(2)) +
                                   " elements) must be a multiple of 16 bytes for the tensor-core path");
@@ -80,12 +80,16 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   const std::int64_t H = s.heads, D = s.head_dim, R = s.latent_dim, rows = s.batch * s.queries;
   Scalar* qa = qa_.data();
   using Const = HeadMatrices<const Scalar>;
-  tensor_gemm_heads<Scalar>(exec, H, rows, R, D,
-                            Const{a.q.data(), std::int64_t(head_rows(a.q).row), std::int64_t(a.q.stride(2))},
-                            Const{a.w_uk.data(), H * D, D}, true, HeadMatrices<Scalar>{qa, H * R, R});
+  // float: TF32 GEMMs where TF32 is allowed and fp32 is not emulated; exact
+  // fp32 otherwise (a few per cent of the attention's products).
+  const Options& opt = problem_.options;
+  const FloatGemm float_gemm = opt.allow_tf32 && !opt.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32;
+  tensor_gemm_heads<Scalar>(
+      exec, H, rows, R, D, Const{a.q.data(), std::int64_t(head_rows(a.q).row), std::int64_t(a.q.stride(2))},
+      Const{a.w_uk.data(), H * D, D}, true, HeadMatrices<Scalar>{qa, H * R, R}, float_gemm);
   attend_absorbed(exec, a, qa);
   tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{a.w_uv.data(), H * D, D}, false,
-                            HeadMatrices<Scalar>{a.out.data(), H * D, D});
+                            HeadMatrices<Scalar>{a.out.data(), H * D, D}, float_gemm);
 }
 
 template <class Scalar, class ExecSpace>
@@ -102,6 +106,7 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exe
   attend_kernel(exec, a, qa);
 }
 
+template class AbsorbedTensorPath<float, Kokkos::Cuda>;
 #if KOKKOSMLA_HAS_HALF
 template class AbsorbedTensorPath<Kokkos::Experimental::half_t, Kokkos::Cuda>;
 #endif

@@ -1,7 +1,7 @@
 #ifndef KOKKOSMLA_ABSORBEDTENSORPATH_HPP
 #define KOKKOSMLA_ABSORBEDTENSORPATH_HPP
-// What the 16-bit tensor-core cache paths (DecodeTensorSm80, DecodeSm90)
-// share: queries absorbed (qa = q w_uk^T per head) and outputs up-projected
+// What the tensor-core cache paths (DecodeTensorSm80, DecodeSm90) share:
+// queries absorbed (qa = q w_uk^T per head) and outputs up-projected
 // (out = oa w_uv) by batched cuBLAS GEMMs with fp32 accumulation, around a
 // path's own attention kernel (attend_absorbed), which reads qa from the
 // workspace and writes oa in its place, in parts merged by lse. With sparse

@@ -9,9 +9,29 @@
 namespace KokkosMLA {
 namespace Impl {
 
+namespace {
+
+/// float plans take the tensor cores only when asked to (TF32 or its 3xTF32
+/// emulation of fp32), and only on native caches.
+template <class Scalar>
+bool products_allowed(const CacheProblem& p) {
+  if constexpr (std::is_same<Scalar, float>::value)
+    return (p.options.emulate_fp32 || p.options.allow_tf32) && p.shape.storage == CacheStorage::Native;
+  else
+    return true;
+}
+
+/// With float data, 3xTF32 where fp32 is emulated.
+template <class Scalar>
+bool split_products(const Options& opt) {
+  return std::is_same<Scalar, float>::value && opt.emulate_fp32;
+}
+
+}  // namespace
+
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  return tensor_cache_widths(p.shape) && p.backend.compute_capability >= 80 &&
+  return products_allowed<Scalar>(p) && tensor_cache_widths(p.shape) && p.backend.compute_capability >= 80 &&
          decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
              decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
 }
@@ -29,17 +49,27 @@ std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
     << " key_tile=" << Kernel::kKeys
     << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
+  if (std::is_same<Scalar, float>::value)
+    o << (split_products<Scalar>(this->problem_.options) ? " products=3xtf32" : " products=tf32");
   return o.str();
 }
 
 template <class Scalar, class ExecSpace>
 void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
                                                             Scalar* qa) const {
-  attend_in_parts<DecodeTensorKernel>(
-      exec, "KokkosMLA::CacheAttention::attend_tensor", this->problem_.shape, this->splits_,
-      float(this->problem_.scale), this->problem_.options.causal, a, qa, this->parts_.data(), this->listed());
+  const CacheProblem& p = this->problem_;
+  auto attend = [&](auto products) {
+    attend_in_parts<DecodeTensorKernel, decltype(products)>(
+        exec, "KokkosMLA::CacheAttention::attend_tensor", p.shape, this->splits_, float(p.scale),
+        p.options.causal, a, qa, this->parts_.data(), this->listed());
+  };
+  if constexpr (std::is_same<Scalar, float>::value) {
+    if (split_products<Scalar>(p.options)) return attend(SplitTf32());
+  }
+  attend(Scalar());
 }
 
+template class DecodeTensorSm80Path<float, Kokkos::Cuda>;
 #if KOKKOSMLA_HAS_HALF
 template class DecodeTensorSm80Path<Kokkos::Experimental::half_t, Kokkos::Cuda>;
 #endif

@@ -1,10 +1,12 @@
 #ifndef KOKKOSMLA_DECODETENSORSM80_HPP
 #define KOKKOSMLA_DECODETENSORSM80_HPP
-// Cache attention on tensor cores (compute capability 8.0+), 16-bit types,
-// latent_dim 512 with rope_dim 64 or 0: queries absorbed and outputs
-// up-projected by cuBLAS (AbsorbedTensorPath), attention in parts by the
-// mma.sync decode kernel, merged by lse
-// (src/impl/KokkosMLA_DecodeTensorKernel.hpp). Defined in
+// Cache attention on tensor cores (compute capability 8.0+), latent_dim 512
+// with rope_dim 64 or 0: queries absorbed and outputs up-projected by cuBLAS
+// (AbsorbedTensorPath), attention in parts by the mma.sync decode kernel,
+// merged by lse (src/impl/KokkosMLA_DecodeTensorKernel.hpp). 16-bit types,
+// and float with Options::emulate_fp32 (3xTF32 products, fp32 GEMMs) or
+// Options::allow_tf32 (TF32 products and GEMMs) on native caches, where the
+// Kokkos lets a team have the 78 KB its fp32 tiles take. Defined in
 // KokkosMLA_DecodeTensorSm80.cpp, built where KOKKOSMLA_ENABLE_SM80.
 
 #include "cuda/KokkosMLA_AbsorbedTensorPath.hpp"
@@ -15,8 +17,8 @@ namespace Impl {
 template <class Scalar, class ExecSpace>
 class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
  public:
-  static constexpr bool available =
-      KOKKOSMLA_ENABLE_SM80 && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
+  static constexpr bool available = KOKKOSMLA_ENABLE_SM80 && is_cuda_space<ExecSpace>() &&
+                                    (is_half_precision<Scalar>::value || std::is_same<Scalar, float>::value);
   static bool applicable(const CacheProblem& p);
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
 

@@ -63,6 +63,13 @@ cudaDataType_t data_type<Kokkos::Experimental::bhalf_t>() {
 }
 #endif
 
+/// TF32 products for float with FloatGemm::Tf32; fp32 accumulation always.
+template <class T>
+cublasComputeType_t compute_type(FloatGemm float_gemm) {
+  return std::is_same<T, float>::value && float_gemm == FloatGemm::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                        : CUBLAS_COMPUTE_32F;
+}
+
 }  // namespace
 
 template <class T>
@@ -74,9 +81,7 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   const HandleOnStream h(exec);
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
-  const cublasComputeType_t compute = std::is_same<T, float>::value && float_gemm == FloatGemm::Tf32
-                                          ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                          : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = compute_type<T>(float_gemm);
   // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
   const std::int64_t piece = INT_MAX / 2;
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
@@ -93,7 +98,7 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
 template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
-                       HeadMatrices<T> c) {
+                       HeadMatrices<T> c, FloatGemm float_gemm) {
   const std::int64_t extents[] = {heads, rows, cols, inner, a.ld, b.ld, c.ld};
   for (std::int64_t x : extents)
     if (x > INT_MAX)
@@ -107,7 +112,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
   const cublasStatus_t status = cublasGemmStridedBatchedEx(
       h.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(rows), int(inner), &one,
       b.data, type, int(b.ld), b.step, a.data, type, int(a.ld), a.step, &zero, c.data, type, int(c.ld),
-      c.step, int(heads), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+      c.step, int(heads), compute_type<T>(float_gemm), CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("KokkosMLA: cublasGemmStridedBatchedEx failed with status " +
                              std::to_string(int(status)));
@@ -119,8 +124,9 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \
-                                  HeadMatrices<T>);
+                                  HeadMatrices<T>, FloatGemm);
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(float)
 #if KOKKOSMLA_HAS_HALF
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(Kokkos::Experimental::half_t)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(Kokkos::Experimental::half_t)

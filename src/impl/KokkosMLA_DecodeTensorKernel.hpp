@@ -28,6 +28,14 @@
 // fit. So on H = 16, where the kernel streams the cache once, each team has
 // one tile in flight: 80-88 % of the copy bandwidth on the H200.
 //
+// float data (Options::emulate_fp32, T = SplitTf32: 3xTF32 products, about
+// fp32's accuracy; Options::allow_tf32, T = float: TF32 products): the same
+// steps on fp32 tiles (16 keys x 580 words, 37 KB; two tiles and the partials
+// 78 KB, so a Kokkos with the CUDA shared-memory opt-in, and 2 teams an SM)
+// with m16n8k8 products; operands read from shared memory as they lie, the
+// rows padded to hit 32 banks (TensorOps' FloatTensorOperands does the same
+// for the prefill).
+//
 // FP8 caches (DeepSeek's widths): tokens are staged as stored, three tiles
 // deep, and the team dequantises each a step ahead into the other 16-bit
 // tile (KokkosMLA_Fp8Tiles.hpp): 71 KB of scratch, so a Kokkos with the CUDA
@@ -54,19 +62,19 @@ namespace Impl {
 /// What the tensor-core decode kernels (DecodeTensorKernel here,
 /// DecodeSm90Kernel on Hopper) share: their operands, and how a team finds
 /// its sequence's rows (Rows a team) and its part's keys (whole Keys-key
-/// steps but the last).
+/// steps but the last). T is the operand type (SplitTf32: float data).
 template <class T, int Rows, int Keys, bool Listed>
 struct DecodeOperands {
-  using Scalar = T;
+  using Scalar = typename DataOf<T>::type;
   static constexpr int kRank = 512;   // latent width: oa's columns
   static constexpr int kRows = Rows;  // query rows per team
   static constexpr int kKeys = Keys;  // keys per step
-  const T* qa;                        // (B, Tq, H, R) absorbed queries, unscaled
-  HeadRows<const T> q_rope;           // (B, Tq, H, Dr)
-  LatentKeys<T> cache;                // rows of R latent and Dr RoPE elements (addressing only with FP8)
+  const Scalar* qa;                   // (B, Tq, H, R) absorbed queries, unscaled
+  HeadRows<const Scalar> q_rope;      // (B, Tq, H, Dr)
+  LatentKeys<Scalar> cache;           // rows of R latent and Dr RoPE elements (addressing only with FP8)
   Fp8Keys fp8;                        // the tokens of an FP8 cache
   ListedKeys listed;                  // Listed (sparse attention): each query token's keys as a sequence
-  T* oa;                              // (B, Tq, H, R), with one part
+  Scalar* oa;                         // (B, Tq, H, R), with one part
   float* parts;                       // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
   float* lse;                         // (B, Tq, H) or null, with one part
   std::int64_t batch, queries, heads;
@@ -78,7 +86,7 @@ struct DecodeOperands {
   KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + Rows - 1) / Rows; }
 
   /// Row n (query t * H + head h) of sequence b's RoPE queries.
-  KOKKOS_INLINE_FUNCTION const T* rope_row(std::int64_t b, std::int64_t n) const {
+  KOKKOS_INLINE_FUNCTION const Scalar* rope_row(std::int64_t b, std::int64_t n) const {
     return q_rope.at(b * queries + n / heads, n % heads);
   }
 
@@ -129,9 +137,11 @@ struct DecodeOperands {
       const float inv = l[r] > 0.f ? 1.f / l[r] : 0.f;
       const float row_lse = l[r] > 0.f ? m[r] * 0.6931471805599453f + logf(l[r]) : -INFINITY;
       if (splits == 1) {
-        auto* out = reinterpret_cast<std::uint16_t*>(oa) + row * kRank;
         columns(r, [&](int column, float x, float y) {
-          *reinterpret_cast<unsigned*>(out + column) = Mma<T>::pack(x * inv, y * inv);
+          if constexpr (std::is_same<Scalar, float>::value)
+            *reinterpret_cast<float2*>(oa + row * kRank + column) = make_float2(x * inv, y * inv);
+          else
+            *reinterpret_cast<unsigned*>(oa + row * kRank + column) = Mma<T>::pack(x * inv, y * inv);
         });
         if (lse && writes_lse) lse[row] = reported_lse(row_lse);
       } else {
@@ -154,29 +164,40 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
       Base::row_groups;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
-  using Element = std::uint16_t;
-  using Ops = Mma<T>;
+  using Data = typename Base::Scalar;
+  // float data (T float: TF32 products; SplitTf32: 3xTF32): fp32 tiles, m16n8k8 products.
+  static constexpr bool kFloat = std::is_same<Data, float>::value;
+  static constexpr bool kSplit = std::is_same<T, SplitTf32>::value;
+  using Element = std::conditional_t<kFloat, float, std::uint16_t>;
+  using Ops = Mma<T>;              // 16-bit T
+  using A = Tf32Parts<kSplit, 4>;  // float data
+  using B = Tf32Parts<kSplit, 2>;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
   static constexpr bool kFp8 = Storage != CacheStorage::Native;
   static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
+  static_assert(!kFp8 || !kFloat, "FP8 tokens dequantised to 16-bit tiles");
   // FP8 tokens: staged three tiles deep (two in flight, 21 KB, where the
   // 16-bit tiles keep one of 18 KB), dequantised a step ahead into the two 16-bit tiles.
   using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, 16, kThreads, 3>;
-  static constexpr int kLd = kWidth + 8;                // staged row (+16 bytes: ldmatrix hits 32 banks)
-  static constexpr int kWarpColumns = kWidth / kWarps;  // score-contraction columns per warp: 144 (128)
-  static constexpr int kSlices = kWarpColumns / 16;     // 9 (8) k16 slices
-  static constexpr int kWarpOut = kRank / kWarps;       // 128 output columns per warp
-  static constexpr int kOutTiles = kWarpOut / 8;        // 16 n8 tiles
-  static constexpr int kPieces = kWidth / 8;            // 16-byte copies per key row: 72 (64)
-  static constexpr int kLatentPieces = kRank / 8;       // of which from the latent: 64
-  static constexpr int kCopies = kKeys * kPieces / kThreads;  // per thread per tile: 9 (8)
-  static_assert(kKeys * kPieces % kThreads == 0, "whole copies per thread");
+  // Staged rows: 16-bit, +16 bytes (ldmatrix hits 32 banks); fp32, +4 words
+  // (580 = 4 mod 32: a warp's K reads, key g column t, and V reads, key 2t
+  // or 2t + 1 column g, hit 32 banks).
+  static constexpr int kLd = kWidth + (kFloat ? 4 : 8);
+  static constexpr int kWarpColumns = kWidth / kWarps;        // score-contraction columns per warp: 144 (128)
+  static constexpr int kSliceWidth = kFloat ? 8 : 16;         // columns of a product: k8 (TF32) or k16
+  static constexpr int kSlices = kWarpColumns / kSliceWidth;  // 9 (8) k16 slices, 18 (16) k8
+  static constexpr int kWarpOut = kRank / kWarps;             // 128 output columns per warp
+  static constexpr int kOutTiles = kWarpOut / 8;              // 16 n8 tiles
+  static constexpr int kPieceElements = 16 / int(sizeof(Element));  // elements of a 16-byte copy
+  static constexpr int kLatentPieces = kRank / kPieceElements;      // 16-byte copies per latent row: 64 (128)
+  static constexpr int kRopePieces = kRope / kPieceElements;        // and per RoPE key: 8 (16), or none
   static_assert(kRank % 16 == 0 && kWarpColumns % 16 == 0, "slices do not straddle the RoPE part");
+  using QFragments = std::conditional_t<kFloat, float[kSlices][4], unsigned[kSlices][4]>;
   static constexpr bool needs_full_team = true;
   // Registers capped for 3 teams per SM (166 per thread, a 16-byte stack frame):
-  // 2 teams per SM were 7-8 % slower.
-  static constexpr int kTeamsPerSM = 3;
+  // 2 teams per SM were 7-8 % slower. fp32 tiles (78 KB a team) let an SM hold 2.
+  static constexpr int kTeamsPerSM = kFloat ? 2 : 3;
   using bounds = Kokkos::LaunchBounds<kThreads, kTeamsPerSM>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
@@ -205,20 +226,26 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from `end`
   /// on) into a tile as one group. Thread `rank` copies key rank / 8: the
-  /// latent's 16-byte pieces rank % 8 + 8j (eight threads read 128 contiguous
-  /// bytes per j) and RoPE piece rank % 8, if any; one cache-row lookup per thread.
+  /// latent's and RoPE key's 16-byte pieces rank % 8 + 8j (eight threads read
+  /// 128 contiguous bytes per j); one cache-row lookup per thread.
   __device__ void stage(std::int64_t b, std::int64_t k0, std::int64_t end, Element* tile, int rank) const {
-    static_assert(kThreads == 8 * kKeys && kLatentPieces % 8 == 0 && kPieces - kLatentPieces == kRope / 8,
-                  "eight threads per key, at most one RoPE piece each");
+    static_assert(kThreads == 8 * kKeys && kLatentPieces % 8 == 0 && kRopePieces % 8 == 0,
+                  "eight threads per key, whole pieces each");
+    constexpr int kStride = 8 * kPieceElements;  // elements between a thread's pieces
     const int key = rank / 8, piece = rank % 8;
     const bool valid = k0 + key < end;
     const std::int64_t row = valid ? this->key_row(b, k0 + key) : 0;
-    const T* latent = cache.latent + row * cache.latent_ld + piece * 8;
-    Element* to = tile + key * kLd + piece * 8;
+    const Data* latent = cache.latent + row * cache.latent_ld + piece * kPieceElements;
+    Element* to = tile + key * kLd + piece * kPieceElements;
     KOKKOSMLA_UNROLL
-    for (int j = 0; j < kLatentPieces / 8; ++j) copy_async<kCopyVia>(to + 64 * j, latent + 64 * j, valid);
-    if constexpr (kRope > 0)
-      copy_async<kCopyVia>(to + kRank, cache.rope + row * cache.rope_ld + piece * 8, valid);
+    for (int j = 0; j < kLatentPieces / 8; ++j)
+      copy_async<kCopyVia>(to + kStride * j, latent + kStride * j, valid);
+    if constexpr (kRope > 0) {
+      const Data* rope = cache.rope + row * cache.rope_ld + piece * kPieceElements;
+      KOKKOSMLA_UNROLL
+      for (int j = 0; j < kRopePieces / 8; ++j)
+        copy_async<kCopyVia>(to + kRank + kStride * j, rope + kStride * j, valid);
+    }
     commit_copies();
   }
 
@@ -259,25 +286,8 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
 
     // Rows g and g + 8 of the team, columns kWarpColumns warp .. of [qa, q_rope], as A fragments.
     const std::int64_t n0 = first + g, n1 = n0 + 8;
-    unsigned qf[kSlices][4];
-    {
-      const auto* qa_seq = reinterpret_cast<const Element*>(qa) + b * rows * kRank;
-      const Element* const rope0 = reinterpret_cast<const Element*>(this->rope_row(b, n0));
-      const Element* const rope1 = reinterpret_cast<const Element*>(this->rope_row(b, n1));
-      auto pair = [&](std::int64_t n, const Element* rope, int col) -> unsigned {
-        if (n >= rows) return 0u;
-        const Element* at = col < kRank ? qa_seq + n * kRank + col : rope + (col - kRank);
-        return *reinterpret_cast<const unsigned*>(at);
-      };
-      KOKKOSMLA_UNROLL
-      for (int kk = 0; kk < kSlices; ++kk) {
-        const int col = warp * kWarpColumns + kk * 16 + 2 * t;
-        qf[kk][0] = pair(n0, rope0, col);
-        qf[kk][1] = pair(n1, rope1, col);
-        qf[kk][2] = pair(n0, rope0, col + 8);
-        qf[kk][3] = pair(n1, rope1, col + 8);
-      }
-    }
+    QFragments qf;
+    load_queries(qf, b, n0, warp * kWarpColumns, t);
     const std::int64_t end0 = row_end(n0) < end ? row_end(n0) : end;
     const std::int64_t end1 = row_end(n1) < end ? row_end(n1) : end;
 
@@ -304,6 +314,34 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   }
 
   __device__ Fp8Tiles fp8_tiles() const { return Fp8Tiles{this->fp8}; }
+
+  /// Rows n0 and n0 + 8 of sequence b's [qa, q_rope] (zeros past the last
+  /// row), columns from `column` on, as A fragments: 16-bit pairs (columns
+  /// 2t, 2t + 1, then + 8, per k16 slice), or floats (columns t, t + 4 per k8
+  /// slice; rounded to TF32 once for TF32 products, split where used for 3xTF32).
+  __device__ void load_queries(QFragments& qf, std::int64_t b, std::int64_t n0, int column, int t) const {
+    const std::int64_t rows = queries * heads;
+    const Data* const qa_seq = qa + b * rows * kRank;
+    const Data* const rope[2] = {this->rope_row(b, n0), this->rope_row(b, n0 + 8)};
+    auto at = [&](int r, int col) -> const Data* {
+      const std::int64_t n = n0 + 8 * r;
+      return col < kRank ? qa_seq + n * kRank + col : rope[r] + (col - kRank);
+    };
+    const bool valid[2] = {n0 < rows, n0 + 8 < rows};
+    KOKKOSMLA_UNROLL
+    for (int kk = 0; kk < kSlices; ++kk) {
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) {
+        const int r = i % 2, col = column + kk * kSliceWidth + (i / 2) * (kSliceWidth / 2);
+        if constexpr (kFloat) {
+          const float x = valid[r] ? at(r, col + t)[0] : 0.f;
+          qf[kk][i] = kSplit ? x : __uint_as_float(to_tf32(x));
+        } else {
+          qf[kk][i] = valid[r] ? *reinterpret_cast<const unsigned*>(at(r, col + 2 * t)) : 0u;
+        }
+      }
+    }
+  }
 
   /// The 16-bit tile of keys k0 .. k0 + kKeys - 1 (step `step` of the
   /// part), visible to the team, every warp done with the tiles and partials
@@ -367,17 +405,27 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   /// two interleaved sums (even and odd slices) so that consecutive products
   /// do not wait on each other. ldmatrix matrices: (keys +0, col +0), (+0, +8),
   /// (+8, +0), (+8, +8).
-  __device__ static void partial_scores(float (&s)[2][4], const unsigned (&qf)[kSlices][4], const Element* ks,
-                                        int lane) {
-    const int row = (lane % 8) + 8 * (lane / 16), col = 8 * ((lane / 8) % 2);
+  /// float data: K's B fragments read as they lie (key g, columns t and t + 4).
+  __device__ static void partial_scores(float (&s)[2][4], const QFragments& qf, const Element* ks, int lane) {
     float odd[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};
     KOKKOSMLA_UNROLL
     for (int kk = 0; kk < kSlices; ++kk) {
-      unsigned kb[4];
-      load_matrices(ks + row * kLd + kk * 16 + col, kb);
       float(&sum)[2][4] = kk % 2 ? odd : s;
-      Ops::run(sum[0], qf[kk], kb[0], kb[1]);
-      Ops::run(sum[1], qf[kk], kb[2], kb[3]);
+      if constexpr (kFloat) {
+        const A a = A::as_is(qf[kk]);
+        const Element* k = ks + (lane / 4) * kLd + kk * 8 + lane % 4;
+        KOKKOSMLA_UNROLL
+        for (int n = 0; n < 2; ++n) {
+          const float kb[2] = {k[n * 8 * kLd], k[n * 8 * kLd + 4]};
+          multiply(sum[n], a, B::as_is(kb));
+        }
+      } else {
+        const int row = (lane % 8) + 8 * (lane / 16), col = 8 * ((lane / 8) % 2);
+        unsigned kb[4];
+        load_matrices(ks + row * kLd + kk * 16 + col, kb);
+        Ops::run(sum[0], qf[kk], kb[0], kb[1]);
+        Ops::run(sum[1], qf[kk], kb[2], kb[3]);
+      }
     }
     KOKKOSMLA_UNROLL
     for (int n = 0; n < 2; ++n) {
@@ -388,17 +436,35 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
 
   /// o += P V over this warp's 128 output columns (from `vs`), V transposed
   /// by ldmatrix: matrices (keys +0, col +0), (+8, +0), (+0, +8), (+8, +8).
+  /// float data: each k8 slice's keys permuted (logical t <-> stored 2t,
+  /// t + 4 <-> 2t + 1), which changes no sum and makes P's A fragment the
+  /// score accumulators as they are; V read as it lies (keys 2t, 2t + 1, column g).
   __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[2][4], const Element* vs,
                                     int lane) {
-    const int row = (lane % 8) + 8 * ((lane / 8) % 2), col = 8 * (lane / 16);
-    const unsigned pa[4] = {Ops::pack(p[0][0], p[0][1]), Ops::pack(p[0][2], p[0][3]),
-                            Ops::pack(p[1][0], p[1][1]), Ops::pack(p[1][2], p[1][3])};
-    KOKKOSMLA_UNROLL
-    for (int dn = 0; dn < kOutTiles / 2; ++dn) {
-      unsigned vb[4];
-      load_matrices_transposed(vs + row * kLd + dn * 16 + col, vb);
-      Ops::run(o[2 * dn], pa, vb[0], vb[1]);
-      Ops::run(o[2 * dn + 1], pa, vb[2], vb[3]);
+    if constexpr (kFloat) {
+      const int g = lane / 4, t = lane % 4;
+      KOKKOSMLA_UNROLL
+      for (int n = 0; n < 2; ++n) {
+        const float pn[4] = {p[n][0], p[n][2], p[n][1], p[n][3]};
+        const A a = A::rounded(pn);
+        const Element* v = vs + (n * 8 + 2 * t) * kLd + g;
+        KOKKOSMLA_UNROLL
+        for (int dn = 0; dn < kOutTiles; ++dn) {
+          const float vb[2] = {v[dn * 8], v[kLd + dn * 8]};
+          multiply(o[dn], a, B::as_is(vb));
+        }
+      }
+    } else {
+      const int row = (lane % 8) + 8 * ((lane / 8) % 2), col = 8 * (lane / 16);
+      const unsigned pa[4] = {Ops::pack(p[0][0], p[0][1]), Ops::pack(p[0][2], p[0][3]),
+                              Ops::pack(p[1][0], p[1][1]), Ops::pack(p[1][2], p[1][3])};
+      KOKKOSMLA_UNROLL
+      for (int dn = 0; dn < kOutTiles / 2; ++dn) {
+        unsigned vb[4];
+        load_matrices_transposed(vs + row * kLd + dn * 16 + col, vb);
+        Ops::run(o[2 * dn], pa, vb[0], vb[1]);
+        Ops::run(o[2 * dn + 1], pa, vb[2], vb[3]);
+      }
     }
   }
 
@@ -578,19 +644,17 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
 }
 
 /// f(Kernel<T, Rope, Storage, Listed>()) for the decode kernel a problem of
-/// shape s takes: by its cache's storage and RoPE width (FP8 tokens have
-/// RoPE keys of 64); Listed with sparse indices.
+/// shape s takes: by its cache's storage (FP8 with 16-bit T only) and RoPE
+/// width (FP8 tokens have RoPE keys of 64); Listed with sparse indices.
 template <template <class, int, CacheStorage, bool> class Kernel, class T, bool Listed, class F>
 decltype(auto) with_decode_kernel_of(const CacheShape& s, F&& f) {
-  switch (s.storage) {
-    case CacheStorage::Fp8PerBlock:
-      return f(Kernel<T, 64, CacheStorage::Fp8PerBlock, Listed>());
-    case CacheStorage::Fp8PerTensor:
+  if constexpr (is_half_precision<T>::value) {
+    if (s.storage == CacheStorage::Fp8PerBlock) return f(Kernel<T, 64, CacheStorage::Fp8PerBlock, Listed>());
+    if (s.storage == CacheStorage::Fp8PerTensor)
       return f(Kernel<T, 64, CacheStorage::Fp8PerTensor, Listed>());
-    default:
-      return s.rope_dim > 0 ? f(Kernel<T, 64, CacheStorage::Native, Listed>())
-                            : f(Kernel<T, 0, CacheStorage::Native, Listed>());
   }
+  return s.rope_dim > 0 ? f(Kernel<T, 64, CacheStorage::Native, Listed>())
+                        : f(Kernel<T, 0, CacheStorage::Native, Listed>());
 }
 template <template <class, int, CacheStorage, bool> class Kernel, class T, class F>
 decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
@@ -598,15 +662,16 @@ decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
                     : with_decode_kernel_of<Kernel, T, false>(s, f);
 }
 
-/// The attention step of a 16-bit tensor-core cache path: the decode kernel
-/// Kernel of the cache's storage and RoPE width bound to the call and run in
-/// parts (launched as `label`), qa in, oa out in its place; with sparse
-/// indices over the listed keys.
-template <template <class, int, CacheStorage, bool> class Kernel, class T>
+/// The attention step of a tensor-core cache path: the decode kernel
+/// Kernel of operand type T (DataOf<T> data) and of the cache's storage and
+/// RoPE width, bound to the call and run in parts (launched as `label`), qa
+/// in, oa out in its place; with sparse indices over the listed keys.
+template <template <class, int, CacheStorage, bool> class Kernel, class T,
+          class Data = typename DataOf<T>::type>
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
                      float scale, bool causal,
-                     const CacheArguments<T, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a, T* qa,
-                     float* parts, const ListedKeys& listed) {
+                     const CacheArguments<Data, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a,
+                     Data* qa, float* parts, const ListedKeys& listed) {
   with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
     attend_decode(exec, label,
                   bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed));

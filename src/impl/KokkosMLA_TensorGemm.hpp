@@ -38,11 +38,12 @@ struct HeadMatrices {
 
 /// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
 /// transpose_b, a_h b_h^T (b_h cols x inner); a_h is rows x inner and c_h
-/// rows x cols. One batched cuBLAS call on exec's stream, fp32 accumulation.
+/// rows x cols. One batched cuBLAS call on exec's stream, fp32 accumulation
+/// (float T: as float_gemm says).
 template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
-                       HeadMatrices<T> c);
+                       HeadMatrices<T> c, FloatGemm float_gemm = FloatGemm::Fp32);
 
 }  // namespace Impl
 }  // namespace KokkosMLA

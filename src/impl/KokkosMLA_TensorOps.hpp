@@ -359,7 +359,8 @@ struct Tf32Parts {
 /// a long contraction, the biased roundings cost 3xTF32 a factor of 10 in error
 /// (7e-6 against fp32's 5e-7 on (1,4096,16,128,512)).
 template <bool Split>
-KOKKOS_INLINE_FUNCTION void multiply(float (&c)[4], const Tf32Parts<Split, 4>& a, const Tf32Parts<Split, 2>& b) {
+KOKKOS_INLINE_FUNCTION void multiply(float (&c)[4], const Tf32Parts<Split, 4>& a,
+                                     const Tf32Parts<Split, 2>& b) {
   if constexpr (Split) {
     float t[4] = {0.f, 0.f, 0.f, 0.f};
     Mma<float>::run(t, a.small, b.big[0], b.big[1]);
@@ -450,6 +451,16 @@ struct SplitTf32 {};
 
 template <int D>
 struct TensorOperands<SplitTf32, D> : FloatTensorOperands<D, true> {};
+
+/// The element type of an operand type: float for SplitTf32, T itself otherwise.
+template <class T>
+struct DataOf {
+  using type = T;
+};
+template <>
+struct DataOf<SplitTf32> {
+  using type = float;
+};
 
 }  // namespace Impl
 }  // namespace KokkosMLA

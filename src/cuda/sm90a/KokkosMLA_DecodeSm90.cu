@@ -41,9 +41,9 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
 template <class Scalar, class ExecSpace>
 void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
                                                       Scalar* qa) const {
-  attend_in_parts<DecodeSm90Kernel>(exec, "KokkosMLA::CacheAttention::attend_sm90", this->problem_.shape,
-                                    this->splits_, float(this->problem_.scale), this->problem_.options.causal,
-                                    a, qa, this->parts_.data(), this->listed());
+  attend_in_parts<DecodeSm90Kernel, Scalar>(
+      exec, "KokkosMLA::CacheAttention::attend_sm90", this->problem_.shape, this->splits_,
+      float(this->problem_.scale), this->problem_.options.causal, a, qa, this->parts_.data(), this->listed());
 }
 
 #if KOKKOSMLA_HAS_HALF
