@@ -24,6 +24,10 @@ struct ViewTypes {
   /// Queries: rows (b, t) evenly spaced, unit stride within a head (reads_in_place).
   using Queries = Kokkos::View<const Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  /// The latent (B, S, R): rows (b, s) evenly spaced, unit stride within a
+  /// row (reads_latent_in_place), for paths that read it so
+  /// (PlannedPrefill::reads_latent_rows); row-major for the others.
+  using Latent = Kokkos::View<const Scalar***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
 };
 
@@ -32,7 +36,8 @@ template <class Scalar, class MemSpace>
 struct PrefillViews {
   using Types = ViewTypes<Scalar, MemSpace>;
   typename Types::Queries q;
-  typename Types::ConstRank3 latent, w_uk, w_uv;
+  typename Types::Latent latent;
+  typename Types::ConstRank3 w_uk, w_uv;
   typename Types::Rank4 out;
   compute_type<Scalar>* lse = nullptr;
 };
@@ -239,6 +244,27 @@ bool reads_in_place(const V& v) {
          aligned(std::size_t(v.stride(2)) * bytes);
 }
 
+/// Elements from one (b, s) row of a latent view with evenly spaced rows to
+/// the next (its width where it has one row).
+template <class V>
+std::int64_t latent_row_stride(const V& v) {
+  return v.extent(0) * v.extent(1) > 1 ? std::int64_t(token_row_stride(v)) : std::int64_t(v.extent(2));
+}
+
+/// Whether the paths that read the latent by rows (reads_latent_rows) take a
+/// (B, S, R) view where it lies: row-major without gaps, or unit stride
+/// within a row, rows (b, s) evenly spaced, the start and the row stride on
+/// 16-byte boundaries, as the latent part of a packed (B, S, R + Dr) array is.
+template <class V>
+bool reads_latent_in_place(const V& v) {
+  static_assert(int(V::rank) == 3, "a (B, S, R) view");
+  if (v.size() == 0 || is_row_major(v)) return true;
+  if (!evenly_spaced_rows(v)) return false;
+  auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
+  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) &&
+         aligned(token_row_stride(v) * sizeof(typename V::value_type));
+}
+
 /// A query view as the kernels take it: v itself where they read it in place
 /// (reads_in_place), else a row-major copy filled on exec (row_major).
 template <class ExecSpace, class V>
@@ -332,23 +358,29 @@ class Plan {
   static Call unmanaged(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
                         compute_type<Scalar>* lse) {
     return {typename views::Queries(q),
-            typename views::ConstRank3(latent.data(), latent.extent(0), latent.extent(1), latent.extent(2)),
+            typename views::Latent(latent),
             typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
             typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
             typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
             lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
+  /// Whether the chosen path reads a latent whose rows are evenly spaced (reads_latent_in_place).
+  bool reads_latent_rows() const;
 
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
-  /// reads_in_place, the others where they are row-major without gaps; else
-  /// copies in the plan's copy buffers (outputs copied back).
+  /// reads_in_place, the latent where it lies when reads_latent_in_place and
+  /// the path reads it by rows, the others where they are row-major without
+  /// gaps; else copies in the plan's copy buffers (outputs copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
     const auto q_rows = Impl::query_view(exec, q, &copies_, 0);
-    const auto latent_rows = Impl::row_major(exec, latent, true, &copies_, 1);
+    const typename views::Latent latent_rows =
+        reads_latent_rows() && Impl::reads_latent_in_place(latent)
+            ? typename views::Latent(latent)
+            : typename views::Latent(Impl::row_major(exec, latent, true, &copies_, 1));
     const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
     const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
     const auto out_rows = Impl::row_major(exec, out, false, &copies_, 4);

@@ -20,7 +20,8 @@
 // strided_q/bf16/<shape>/{contiguous,strided,left} and decode_strided_q/bf16/<shape>
 // pass q (and q_rope) as slices of one (B, T, H, 192) query projection (read
 // in place), or q as a LayoutLeft view (copied per call), against the
-// contiguous rows of the same run.
+// contiguous rows of the same run; strided_q/bf16/<shape>/latent_slice the
+// latent as the leading 512 columns of a packed (B, S, 576) KV projection.
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
 // decode_sparse_attention/fp8|bf16/... time sparse attention (topk random
@@ -395,16 +396,21 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
   }
 }
 
-/// How a benchmark hands q to the library.
-enum class QueryLayout { Contiguous, Strided, Left };
+/// How a benchmark hands q (or the latent) to the library.
+enum class QueryLayout { Contiguous, Strided, Left, LatentSlice };
 inline const char* to_string(QueryLayout l) {
-  return l == QueryLayout::Contiguous ? "contiguous" : l == QueryLayout::Strided ? "strided" : "left";
+  return l == QueryLayout::Contiguous ? "contiguous"
+         : l == QueryLayout::Strided  ? "strided"
+         : l == QueryLayout::Left     ? "left"
+                                      : "latent_slice";
 }
 
 /// Prefill with q contiguous, the 128-wide part of DeepSeek's (B, T, H, 192)
 /// query projection (a LayoutStride slice, read in place; the rest would be
-/// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call),
-/// timed alike.
+/// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call);
+/// or (LatentSlice) with q contiguous and the latent the leading R columns of
+/// a packed (B, S, R + 64) KV projection (read in place by the row-reading
+/// paths, copied for the others); timed alike.
 template <class T>
 void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Inputs<T> in(s);
@@ -414,6 +420,11 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   const auto q =
       Kokkos::subview(projection, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, int(s.head_dim)));
   Kokkos::deep_copy(q, v.q);
+  Kokkos::View<T***, Kokkos::LayoutRight, Space> kv_projection("kv_projection", s.batch, s.keys,
+                                                               s.latent_dim + 64);
+  const auto latent =
+      Kokkos::subview(kv_projection, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, int(s.latent_dim)));
+  Kokkos::deep_copy(latent, v.latent);
   Kokkos::View<T****, Kokkos::LayoutLeft, Space> left;
   if (layout == QueryLayout::Left) {
     left = decltype(left)("q_left", s.batch, s.queries, s.heads, s.head_dim);
@@ -425,16 +436,21 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
     time_each_call(state, exec, [&] { plan.execute(exec, q, v.latent, v.w_uk, v.w_uv, v.out); });
   else if (layout == QueryLayout::Left)
     time_each_call(state, exec, [&] { plan.execute(exec, left, v.latent, v.w_uk, v.w_uv, v.out); });
+  else if (layout == QueryLayout::LatentSlice)
+    time_each_call(state, exec, [&] { plan.execute(exec, v.q, latent, v.w_uk, v.w_uv, v.out); });
   else
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv, v.out); });
-  state.SetLabel(std::string("q ") + to_string(layout) + ", on " + to_string(plan.path()));
+  state.SetLabel((layout == QueryLayout::LatentSlice ? std::string("latent slice")
+                                                     : "q " + std::string(to_string(layout))) +
+                 ", on " + to_string(plan.path()));
 }
 
 template <class T>
 void register_strided_q(const char* type) {
   for (const Shape& s : shapes()) {
     if (s.head_dim != 128 || s.queries != 4096) continue;
-    for (QueryLayout layout : {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left}) {
+    for (QueryLayout layout :
+         {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left, QueryLayout::LatentSlice}) {
       const std::string name =
           std::string("strided_q/") + type + "/" + shape_name(s) + "/" + to_string(layout);
       benchmark::RegisterBenchmark(name.c_str(),

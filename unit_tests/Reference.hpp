@@ -187,10 +187,12 @@ std::size_t count_in_reach(const V& v, typename V::non_const_value_type x) {
 /// A LayoutStride view with v's extents and values: v itself (Right), a
 /// LayoutLeft copy (Left), the leading part of a LayoutRight array wider
 /// by odd paddings in every dimension (Strided: unit stride in the last
-/// dimension only, gaps between rows), or, of a rank-4 view, columns from
-/// 16 bytes on of an array wider in heads and columns, its rows 16-byte
-/// aligned (Aligned: as q and q_rope are slices of DeepSeek's (B, T, H, 192)
-/// query projection; the kernels read such queries where they lie).
+/// dimension only, gaps between rows), or (Aligned) 16-byte aligned rows
+/// of a wider array: of a rank-4 view, columns from 16 bytes on of an array
+/// wider in heads and columns (as q and q_rope are slices of DeepSeek's
+/// (B, T, H, 192) query projection; the kernels read such queries where they
+/// lie), of a rank-3 view its leading columns (as the latent is of DeepSeek's
+/// packed (B, S, 576) KV projection; the row-reading paths read it in place).
 template <class V>
 Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_space> in_layout(const V& v,
                                                                                               Layout layout) {
@@ -212,11 +214,14 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_spa
   }
   Kokkos::View<Data, Kokkos::LayoutRight, Memory> wide;
   Kokkos::View<Data, Kokkos::LayoutStride, Memory> part;
+  constexpr std::size_t unit = std::max<std::size_t>(1, 16 / sizeof(typename V::value_type));
   if constexpr (int(V::rank) == 3) {
-    wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3);
+    if (layout == Layout::Aligned)
+      wide = decltype(wide)("wide", e0, e1, ((e2 + unit - 1) / unit + 1) * unit);  // at least a unit after
+    else
+      wide = decltype(wide)("wide", e0 + 1, e1 + 2, e2 + 3);
     part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2));
   } else if (layout == Layout::Aligned) {
-    constexpr std::size_t unit = std::max<std::size_t>(1, 16 / sizeof(typename V::value_type));
     const std::size_t columns = ((e3 + unit - 1) / unit + 2) * unit;  // a unit before, at least one after
     wide = decltype(wide)("wide", e0, e1, e2 + 3, columns);
     part = Kokkos::subview(wide, leading(e0), leading(e1), leading(e2), std::make_pair(unit, unit + e3));

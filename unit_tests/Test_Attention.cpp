@@ -304,6 +304,56 @@ TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
   }
 }
 
+// The latent as the first R columns of a packed (B, S, R + Dr) array
+// (DeepSeek's KV projection holds the latent beside the RoPE keys), its rows
+// 16-byte aligned: the paths that read the latent by rows (Fused, Absorbed;
+// on CUDA the tensor-core prefill) take it where it lies, allocating nothing
+// for it; the Decompressed paths' GEMMs get a row-major copy the plan makes
+// once and keeps. Either way the result is the contiguous latent's, bit for
+// bit. A LayoutLeft latent, or one whose rows are not 16-byte aligned, is
+// copied for every path.
+TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
+  using T = TypeParam;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 29);
+  const std::int64_t rope = 64 / std::int64_t(sizeof(T));  // 64 bytes of RoPE keys a row: rows stay aligned
+  View3<T> packed("packed", s.batch, s.keys, s.latent_dim + rope);
+  Kokkos::deep_copy(packed, T(-7));
+  const auto latent =
+      Kokkos::subview(packed, Kokkos::ALL, Kokkos::ALL, std::make_pair(std::int64_t(0), s.latent_dim));
+  Kokkos::deep_copy(latent, p.latent);
+  const auto left = in_layout(p.latent, Layout::Left), unaligned = in_layout(p.latent, Layout::Strided);
+  EXPECT_TRUE(Impl::reads_latent_in_place(latent));
+  EXPECT_FALSE(Impl::reads_latent_in_place(left));
+  EXPECT_FALSE(Impl::reads_latent_in_place(unaligned));  // rows of 15 elements
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    SCOPED_TRACE(to_string(a));
+    Options opt;
+    opt.algorithm = a;
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    const std::vector<double> want = Problem<T>::host_copy(p.out);
+    // Allocations of one execution of plan on this latent, whose result must be want's.
+    auto allocations = [&](const Plan<T, Space>& plan, const auto& lat) {
+      Problem<T>::poison(p.out);
+      Recorder r;
+      {
+        Recording recording(r);
+        plan.execute(Space(), p.q, lat, p.w_uk, p.w_uv, p.out);
+        Space().fence();
+      }
+      EXPECT_EQ(Problem<T>::host_copy(p.out), want);
+      return allocations_named(r, "KokkosMLA::layout_copies");
+    };
+    const Plan<T, Space> plan(Space(), s, opt);
+    const Path path = plan.path();
+    const bool by_rows = path == Path::Fused || path == Path::Absorbed || path == Path::FlashTensorSm80 ||
+                         path == Path::FlashSm90;
+    EXPECT_EQ(allocations(plan, latent), by_rows ? 0u : 1u) << to_string(path);
+    EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), left), 1u);
+    EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), unaligned), 1u);
+  }
+}
+
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
   const Shape s{2, 33, 33, 4, 8, 24};
   for (Algorithm a : kAlgorithms) {

@@ -49,6 +49,12 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   Problem<T>::poison(out);
   plan.execute(ExecSpace(), q_slice, latent, w_uk, w_uv, out, lse);
   EXPECT_EQ(Problem<T>::host_copy(out), r.out) << "q sliced: " << r.plan;
+  // And from the latent as the leading columns of a packed array with 16-byte aligned rows.
+  const auto latent_slice = in_layout(latent, Layout::Aligned);
+  EXPECT_TRUE(Impl::reads_latent_in_place(latent_slice));
+  Problem<T>::poison(out);
+  plan.execute(ExecSpace(), q, latent_slice, w_uk, w_uv, out, lse);
+  EXPECT_EQ(Problem<T>::host_copy(out), r.out) << "latent sliced: " << r.plan;
   return r;
 }
 

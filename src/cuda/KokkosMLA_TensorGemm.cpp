@@ -74,10 +74,10 @@ cublasComputeType_t compute_type(FloatGemm float_gemm) {
 
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, const T* b, T* c, FloatGemm float_gemm) {
-  if (cols > INT_MAX || inner > INT_MAX)
+                 const T* a, std::int64_t lda, const T* b, T* c, FloatGemm float_gemm) {
+  if (cols > INT_MAX || inner > INT_MAX || lda > INT_MAX)
     throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
-                                ", inner " + std::to_string(inner));
+                                ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
   const HandleOnStream h(exec);
   const float one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
@@ -86,10 +86,9 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   const std::int64_t piece = INT_MAX / 2;
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
     const int m = int(rows - r0 < piece ? rows - r0 : piece);
-    const cublasStatus_t status =
-        cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner), &one, b, type, int(cols),
-                     a + r0 * inner, type, int(inner), &zero, c + r0 * cols, type, int(cols), compute,
-                     CUBLAS_GEMM_DEFAULT);
+    const cublasStatus_t status = cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner),
+                                               &one, b, type, int(cols), a + r0 * lda, type, int(lda), &zero,
+                                               c + r0 * cols, type, int(cols), compute, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
   }
@@ -120,7 +119,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
   template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
-                            const T*, T*, FloatGemm);
+                            std::int64_t, const T*, T*, FloatGemm);
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \

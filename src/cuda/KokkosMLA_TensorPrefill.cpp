@@ -23,8 +23,10 @@ const Scalar* TensorPrefill<Scalar, ExecSpace>::decompress(const ExecSpace& exec
   const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
   Scalar* k = kv_.data();
   Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uk.data(), k, float_gemm);
-  tensor_gemm(exec, rows, cols, s.latent_dim, c.latent.data(), c.w_uv.data(), k + rows * cols, float_gemm);
+  const Scalar* latent = c.latent.data();
+  const std::int64_t ld = latent_row_stride(c.latent);  // a slice of a packed array is read in place
+  tensor_gemm(exec, rows, cols, s.latent_dim, latent, ld, c.w_uk.data(), k, float_gemm);
+  tensor_gemm(exec, rows, cols, s.latent_dim, latent, ld, c.w_uv.data(), k + rows * cols, float_gemm);
   Kokkos::Profiling::popRegion();
   return k;
 }

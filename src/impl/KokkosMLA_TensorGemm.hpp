@@ -21,12 +21,13 @@ enum class FloatGemm { Tf32, Fp32 };
 namespace KokkosMLA {
 namespace Impl {
 
-/// c = a b for row-major a (rows x inner), b (inner x cols), c (rows x cols),
-/// on exec's stream, with fp32 accumulation. T is half_t or bhalf_t (tensor
-/// cores), or float (as float_gemm says).
+/// c = a b for row-major a (rows x inner, its rows lda elements apart),
+/// b (inner x cols), c (rows x cols), on exec's stream, with fp32
+/// accumulation. T is half_t or bhalf_t (tensor cores), or float (as
+/// float_gemm says).
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, const T* b, T* c, FloatGemm float_gemm = FloatGemm::Tf32);
+                 const T* a, std::int64_t lda, const T* b, T* c, FloatGemm float_gemm = FloatGemm::Tf32);
 
 /// A row-major matrix of each head: head h's starts at data + h * step, its
 /// rows ld elements apart.

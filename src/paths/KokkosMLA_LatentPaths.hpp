@@ -35,6 +35,7 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     apply(config_, latent_tiles(latent_kernel<ExecSpace, Scalar, TilesOf>(p.shape), p.shape.keys, p.backend));
   }
   std::string describe() const override { return describe_latent_tiles(config_); }
+  bool reads_latent_rows() const override { return true; }
 
  protected:
   /// The kernel of one step on the call's data; lse only where given.
@@ -46,6 +47,7 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     k.causal = problem_.options.causal;
     k.q = head_rows(c.q);
     k.cache.latent = c.latent.data();
+    k.cache.latent_ld = std::int64_t(latent_row_stride(c.latent));
     k.w_uk = c.w_uk.data();
     k.w_uv = c.w_uv.data();
     k.out = c.out.data();
