@@ -229,19 +229,27 @@ bool evenly_spaced_rows(const V& v) {
   return v.extent(0) <= 1 || v.extent(1) <= 1 || std::size_t(v.stride(0)) == v.extent(1) * v.stride(1);
 }
 
-/// Whether the kernels read a (B, T, H, width) query view where it lies:
-/// row-major without gaps, or unit stride within a head, rows (b, t) evenly
-/// spaced, and the start and strides on 16-byte boundaries (the tensor-core
-/// kernels' vector loads), as slices of a wider projection are.
+/// Whether the kernels read a (B, T, width) or (B, T, H, width) view where
+/// it lies: row-major without gaps, or unit stride in the last dimension,
+/// rows (b, t) evenly spaced, and the start and the strides of rows (and
+/// heads) on 16-byte boundaries (the tensor-core kernels' vector loads), as
+/// slices of a wider projection are.
 template <class V>
-bool reads_in_place(const V& v) {
-  static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
+bool reads_rows_in_place(const V& v) {
   if (v.size() == 0 || is_row_major(v)) return true;
   if (!evenly_spaced_rows(v)) return false;
   auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
   const std::size_t bytes = sizeof(typename V::value_type);
-  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(token_row_stride(v) * bytes) &&
-         aligned(std::size_t(v.stride(2)) * bytes);
+  const bool heads_aligned = int(V::rank) < 4 || aligned(std::size_t(v.stride(2)) * bytes);
+  return heads_aligned && aligned(reinterpret_cast<std::uintptr_t>(v.data())) &&
+         aligned(token_row_stride(v) * bytes);
+}
+
+/// Whether the kernels read a (B, T, H, width) query view where it lies.
+template <class V>
+bool reads_in_place(const V& v) {
+  static_assert(int(V::rank) == 4, "a (B, T, H, width) view");
+  return reads_rows_in_place(v);
 }
 
 /// Elements from one (b, s) row of a latent view with evenly spaced rows to
@@ -258,11 +266,7 @@ std::int64_t latent_row_stride(const V& v) {
 template <class V>
 bool reads_latent_in_place(const V& v) {
   static_assert(int(V::rank) == 3, "a (B, S, R) view");
-  if (v.size() == 0 || is_row_major(v)) return true;
-  if (!evenly_spaced_rows(v)) return false;
-  auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
-  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) &&
-         aligned(token_row_stride(v) * sizeof(typename V::value_type));
+  return reads_rows_in_place(v);
 }
 
 /// A query view as the kernels take it: v itself where they read it in place

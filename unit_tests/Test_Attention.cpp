@@ -261,6 +261,22 @@ TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
   }
 }
 
+/// Copy buffers ("KokkosMLA::layout_copies") one execution of plan on q and
+/// latent allocates; its result must be want.
+template <class T, class Q, class L>
+std::size_t copies_in_execute(const Plan<T, Space>& plan, Problem<T>& p, const Q& q, const L& latent,
+                              const std::vector<double>& want) {
+  Problem<T>::poison(p.out);
+  Recorder r;
+  {
+    Recording recording(r);
+    plan.execute(Space(), q, latent, p.w_uk, p.w_uv, p.out);
+    Space().fence();
+  }
+  EXPECT_EQ(Problem<T>::host_copy(p.out), want);
+  return allocations_named(r, "KokkosMLA::layout_copies");
+}
+
 // q as 16-byte aligned columns of a wider array (DeepSeek's q beside q_rope
 // in one (B, T, H, 192) projection) is read where it lies: executing a Plan
 // allocates nothing for it, whatever the algorithm. A LayoutLeft q, or a
@@ -284,17 +300,8 @@ TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
     opt.algorithm = a;
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
     const std::vector<double> want = Problem<T>::host_copy(p.out);
-    // Allocations of one execution of plan on q, whose result must be want's.
     auto allocations = [&](const Plan<T, Space>& plan, const auto& q) {
-      Problem<T>::poison(p.out);
-      Recorder r;
-      {
-        Recording recording(r);
-        plan.execute(Space(), q, p.latent, p.w_uk, p.w_uv, p.out);
-        Space().fence();
-      }
-      EXPECT_EQ(Problem<T>::host_copy(p.out), want);
-      return allocations_named(r, "KokkosMLA::layout_copies");
+      return copies_in_execute(plan, p, q, p.latent, want);
     };
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), aligned), 0u);
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), odd_tokens), 1u);
@@ -332,17 +339,8 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
     opt.algorithm = a;
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
     const std::vector<double> want = Problem<T>::host_copy(p.out);
-    // Allocations of one execution of plan on this latent, whose result must be want's.
     auto allocations = [&](const Plan<T, Space>& plan, const auto& lat) {
-      Problem<T>::poison(p.out);
-      Recorder r;
-      {
-        Recording recording(r);
-        plan.execute(Space(), p.q, lat, p.w_uk, p.w_uv, p.out);
-        Space().fence();
-      }
-      EXPECT_EQ(Problem<T>::host_copy(p.out), want);
-      return allocations_named(r, "KokkosMLA::layout_copies");
+      return copies_in_execute(plan, p, p.q, lat, want);
     };
     const Plan<T, Space> plan(Space(), s, opt);
     const Path path = plan.path();
