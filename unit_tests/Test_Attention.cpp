@@ -261,6 +261,19 @@ TYPED_TEST(AttentionTyped, EveryLayoutEqualsRowMajor) {
   }
 }
 
+/// Calls check(opt, want) for each algorithm, want being out of attention()
+/// with that algorithm on p's contiguous inputs.
+template <class T, class Check>
+void for_each_algorithm(Problem<T>& p, Check check) {
+  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
+    SCOPED_TRACE(to_string(a));
+    Options opt;
+    opt.algorithm = a;
+    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
+    check(opt, Problem<T>::host_copy(p.out));
+  }
+}
+
 /// Copy buffers ("KokkosMLA::layout_copies") one execution of plan on q and
 /// latent allocates; its result must be want.
 template <class T, class Q, class L>
@@ -294,12 +307,7 @@ TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
   EXPECT_FALSE(Impl::reads_in_place(left));
   EXPECT_FALSE(Impl::reads_in_place(odd_tokens));
   EXPECT_FALSE(Impl::reads_in_place(in_layout(p.q, Layout::Strided)));  // rows of 13 elements: unaligned
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
-    SCOPED_TRACE(to_string(a));
-    Options opt;
-    opt.algorithm = a;
-    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
-    const std::vector<double> want = Problem<T>::host_copy(p.out);
+  for_each_algorithm(p, [&](const Options& opt, const std::vector<double>& want) {
     auto allocations = [&](const Plan<T, Space>& plan, const auto& q) {
       return copies_in_execute(plan, p, q, p.latent, want);
     };
@@ -308,7 +316,7 @@ TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
     const Plan<T, Space> plan(Space(), s, opt);
     EXPECT_EQ(allocations(plan, left), 1u);
     EXPECT_EQ(allocations(plan, left), 0u) << "the plan keeps its copy buffer";
-  }
+  });
 }
 
 // The latent as the first R columns of a packed (B, S, R + Dr) array
@@ -333,12 +341,7 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
   EXPECT_TRUE(Impl::reads_latent_in_place(latent));
   EXPECT_FALSE(Impl::reads_latent_in_place(left));
   EXPECT_FALSE(Impl::reads_latent_in_place(unaligned));  // rows of 15 elements
-  for (Algorithm a : {Algorithm::Auto, Algorithm::Fused, Algorithm::Decompressed, Algorithm::Absorbed}) {
-    SCOPED_TRACE(to_string(a));
-    Options opt;
-    opt.algorithm = a;
-    attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
-    const std::vector<double> want = Problem<T>::host_copy(p.out);
+  for_each_algorithm(p, [&](const Options& opt, const std::vector<double>& want) {
     auto allocations = [&](const Plan<T, Space>& plan, const auto& lat) {
       return copies_in_execute(plan, p, p.q, lat, want);
     };
@@ -349,7 +352,7 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
     EXPECT_EQ(allocations(plan, latent), by_rows ? 0u : 1u) << to_string(path);
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), left), 1u);
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), unaligned), 1u);
-  }
+  });
 }
 
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
