@@ -321,8 +321,8 @@ TYPED_TEST(AttentionTyped, AlignedQuerySlicesAreNotCopied) {
 
 // The latent as the first R columns of a packed (B, S, R + Dr) array
 // (DeepSeek's KV projection holds the latent beside the RoPE keys), its rows
-// 16-byte aligned: the paths that read the latent by rows (Fused, Absorbed;
-// on CUDA the tensor-core prefill) take it where it lies, allocating nothing
+// 16-byte aligned: the paths that read the latent by rows (Fused, Absorbed,
+// Widened; on CUDA the tensor-core prefill) take it where it lies, allocating nothing
 // for it; the Decompressed paths' GEMMs get a row-major copy the plan makes
 // once and keeps. Either way the result is the contiguous latent's, bit for
 // bit. A LayoutLeft latent, or one whose rows are not 16-byte aligned, is
@@ -348,7 +348,7 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
     const Plan<T, Space> plan(Space(), s, opt);
     const Path path = plan.path();
     const bool by_rows = path == Path::Fused || path == Path::Absorbed || path == Path::FlashTensorSm80 ||
-                         path == Path::FlashSm90;
+                         path == Path::FlashSm90 || path == Path::Widened;
     EXPECT_EQ(allocations(plan, latent), by_rows ? 0u : 1u) << to_string(path);
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), left), 1u);
     EXPECT_EQ(allocations(Plan<T, Space>(Space(), s, opt), unaligned), 1u);

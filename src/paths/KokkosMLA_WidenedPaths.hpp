@@ -59,6 +59,7 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
   Algorithm algorithm() const override { return widened_.plan.algorithm(); }
   std::string describe() const override { return widened_.describe(); }
   std::size_t workspace_bytes() const override { return widened_.workspace_bytes(); }
+  bool reads_latent_rows() const override { return true; }  // widened row by row
 
   void run(const ExecSpace& exec, const typename PlannedPrefill<Scalar, ExecSpace>::Call& c) const override {
     using Float = ViewTypes<float, memory_space>;
@@ -68,7 +69,9 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
     const typename Float::ConstRank4 qw(
         pieces.widen_rows(exec, head_rows(c.q), s.batch * s.queries, s.heads, s.head_dim), s.batch, s.queries,
         s.heads, s.head_dim);
-    const typename Float::ConstRank3 lw(widen(c.latent), s.batch, s.keys, s.latent_dim);
+    const typename Float::ConstRank3 lw(
+        pieces.widen_rows(exec, token_rows(c.latent), s.batch * s.keys, 1, s.latent_dim), s.batch, s.keys,
+        s.latent_dim);
     const typename Float::ConstRank3 kw(widen(c.w_uk), s.latent_dim, s.heads, s.head_dim);
     const typename Float::ConstRank3 vw(widen(c.w_uv), s.latent_dim, s.heads, s.head_dim);
     const typename Float::Rank4 ow(pieces.take(std::int64_t(c.out.size())), s.batch, s.queries, s.heads,
