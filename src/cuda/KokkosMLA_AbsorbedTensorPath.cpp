@@ -80,10 +80,9 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   const std::int64_t H = s.heads, D = s.head_dim, R = s.latent_dim, rows = s.batch * s.queries;
   Scalar* qa = qa_.data();
   using Const = HeadMatrices<const Scalar>;
-  // float: TF32 GEMMs where TF32 is allowed and fp32 is not emulated; exact
-  // fp32 otherwise (a few per cent of the attention's products).
-  const Options& opt = problem_.options;
-  const FloatGemm float_gemm = opt.allow_tf32 && !opt.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32;
+  // float: fp32 GEMMs where fp32 is emulated (a few per cent of the
+  // attention's products), TF32 ones under allow_tf32.
+  const FloatGemm float_gemm = float_gemm_for<Scalar>(problem_.options);
   tensor_gemm_heads<Scalar>(
       exec, H, rows, R, D, Const{a.q.data(), std::int64_t(head_rows(a.q).row), std::int64_t(a.q.stride(2))},
       Const{a.w_uk.data(), H * D, D}, true, HeadMatrices<Scalar>{qa, H * R, R}, float_gemm);

@@ -3,35 +3,19 @@
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
+#include "impl/KokkosMLA_TensorGemm.hpp"
 
 #include <sstream>
 
 namespace KokkosMLA {
 namespace Impl {
 
-namespace {
-
-/// float plans take the tensor cores only when asked to (TF32 or its 3xTF32
-/// emulation of fp32), and only on native caches.
-template <class Scalar>
-bool products_allowed(const CacheProblem& p) {
-  if constexpr (std::is_same<Scalar, float>::value)
-    return (p.options.emulate_fp32 || p.options.allow_tf32) && p.shape.storage == CacheStorage::Native;
-  else
-    return true;
-}
-
-/// With float data, 3xTF32 where fp32 is emulated.
-template <class Scalar>
-bool split_products(const Options& opt) {
-  return std::is_same<Scalar, float>::value && opt.emulate_fp32;
-}
-
-}  // namespace
-
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  return products_allowed<Scalar>(p) && tensor_cache_widths(p.shape) && p.backend.compute_capability >= 80 &&
+  // float tiles are fp32: FP8 tokens are dequantised to 16-bit ones only.
+  const bool storage_taken = is_half_precision<Scalar>::value || p.shape.storage == CacheStorage::Native;
+  return tensor_products_allowed<Scalar>(p.options) && storage_taken && tensor_cache_widths(p.shape) &&
+         p.backend.compute_capability >= 80 &&
          decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
              decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
 }
@@ -49,8 +33,7 @@ std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
     << " key_tile=" << Kernel::kKeys
     << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
-  if (std::is_same<Scalar, float>::value)
-    o << (split_products<Scalar>(this->problem_.options) ? " products=3xtf32" : " products=tf32");
+  o << products_label<Scalar>(this->problem_.options);
   return o.str();
 }
 
@@ -64,7 +47,7 @@ void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exe
         p.options.causal, a, qa, this->parts_.data(), this->listed());
   };
   if constexpr (std::is_same<Scalar, float>::value) {
-    if (split_products<Scalar>(p.options)) return attend(SplitTf32());
+    if (split_tf32<Scalar>(p.options)) return attend(SplitTf32());
   }
   attend(Scalar());
 }

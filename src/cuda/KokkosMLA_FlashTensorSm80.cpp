@@ -13,12 +13,6 @@ namespace Impl {
 
 namespace {
 
-/// True where a float plan multiplies as 3xTF32 (Options::emulate_fp32).
-template <class T>
-bool split_tf32(const Options& opt) {
-  return std::is_same<T, float>::value && opt.emulate_fp32;
-}
-
 template <class T, int D, class Products = T>
 void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal,
                          HeadRows<const T> q, const T* k, const T* v, T* out, float* lse) {
@@ -52,7 +46,7 @@ bool FlashTensorSm80Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p)
   using Kernel = FlashTensorKernel<Scalar, 128>;
   const Options& opt = p.options;
   const std::int64_t d = p.shape.head_dim;
-  return (is_half_precision<Scalar>::value || opt.allow_tf32 || opt.emulate_fp32) &&
+  return tensor_products_allowed<Scalar>(opt) &&
          (opt.algorithm == Algorithm::Auto || opt.algorithm == Algorithm::Decompressed) &&
          (d == 64 || d == 128) && p.backend.compute_capability >= 80 &&
          scratch_bytes<Scalar>(d) <=
@@ -68,11 +62,8 @@ std::string FlashTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = FlashTensorKernel<Scalar, 128>;
   std::ostringstream o;
   o << "team_size=" << Kernel::kThreads << " query_tile=" << Kernel::kRows << " flash=tensor-core"
-    << (split_tf32<Scalar>(this->problem_.options) ? " products=3xtf32"
-        : std::is_same<Scalar, float>::value       ? " products=tf32"
-                                                   : "")
-    << " key_tile=" << Kernel::kKeys << " scratch=" << scratch_bytes<Scalar>(this->problem_.shape.head_dim)
-    << "B@level0";
+    << products_label<Scalar>(this->problem_.options) << " key_tile=" << Kernel::kKeys
+    << " scratch=" << scratch_bytes<Scalar>(this->problem_.shape.head_dim) << "B@level0";
   return o.str();
 }
 
@@ -80,7 +71,7 @@ template <class Scalar, class ExecSpace>
 void FlashTensorSm80Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& c) const {
   const Shape& s = this->problem_.shape;
   const bool split = split_tf32<Scalar>(this->problem_.options);
-  const Scalar* k = this->decompress(exec, c, split ? FloatGemm::Fp32 : FloatGemm::Tf32);
+  const Scalar* k = this->decompress(exec, c, float_gemm_for<Scalar>(this->problem_.options));
   const Scalar* v = k + kv_elements(s);
   const float scale = float(this->problem_.scale);
   const bool causal = this->problem_.options.causal;

@@ -5,14 +5,44 @@
 // outputs and fp32 accumulation (Kokkos Kernels' GEMM has no such
 // mixed-precision path), or fp32 with TF32 products.
 
+#include <KokkosMLA_Options.hpp>
 #include <KokkosMLA_Precision.hpp>
 #include <KokkosMLA_config.hpp>
+
+#include <type_traits>
 
 namespace KokkosMLA {
 namespace Impl {
 
 /// How a float GEMM multiplies: TF32 products on the tensor cores, or fp32.
 enum class FloatGemm { Tf32, Fp32 };
+
+/// Whether a plan of Scalar takes the tensor cores under opt: 16-bit types
+/// always, float with Options::allow_tf32 or Options::emulate_fp32.
+template <class Scalar>
+bool tensor_products_allowed(const Options& opt) {
+  return is_half_precision<Scalar>::value || opt.allow_tf32 || opt.emulate_fp32;
+}
+
+/// Whether a float plan multiplies as 3xTF32 (Options::emulate_fp32).
+template <class Scalar>
+bool split_tf32(const Options& opt) {
+  return std::is_same<Scalar, float>::value && opt.emulate_fp32;
+}
+
+/// The float GEMMs beside a tensor-core kernel: fp32 where fp32 is emulated, TF32 otherwise.
+template <class Scalar>
+FloatGemm float_gemm_for(const Options& opt) {
+  return split_tf32<Scalar>(opt) ? FloatGemm::Fp32 : FloatGemm::Tf32;
+}
+
+/// A tensor-core path's products in its describe(): " products=3xtf32" or
+/// " products=tf32" for float plans, nothing for 16-bit ones.
+template <class Scalar>
+const char* products_label(const Options& opt) {
+  if (!std::is_same<Scalar, float>::value) return "";
+  return split_tf32<Scalar>(opt) ? " products=3xtf32" : " products=tf32";
+}
 
 }  // namespace Impl
 }  // namespace KokkosMLA
