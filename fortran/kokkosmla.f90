@@ -220,22 +220,23 @@ module kokkosmla
       integer(c_int) :: kokkosmla_plan_execute_d
     end function
 
-    !> q given by strides in elements (kokkosmla.h): the first D of W columns of
-    !> a C-order (B, T, H, W) array, i.e. a Fortran (W, H, T, B) one, has
-    !> q_row_stride = H * W and q_head_stride = W.
-    function kokkosmla_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, latent, w_uk, w_uv, out) &
-        bind(c, name="kokkosmla_plan_execute_strided_f")
+    !> q and the latent given by strides in elements (kokkosmla.h): the first D
+    !> of W columns of a C-order (B, T, H, W) array, i.e. a Fortran (W, H, T, B)
+    !> one, has q_row_stride = H * W and q_head_stride = W; the first R of L
+    !> columns of a Fortran (L, S, B) array has latent_row_stride = L.
+    function kokkosmla_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, latent, latent_row_stride, &
+                                              w_uk, w_uv, out) bind(c, name="kokkosmla_plan_execute_strided_f")
       import :: c_ptr, c_int, c_int64_t
       type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
-      integer(c_int64_t), value :: q_row_stride, q_head_stride
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride
       integer(c_int) :: kokkosmla_plan_execute_strided_f
     end function
 
-    function kokkosmla_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, latent, w_uk, w_uv, out) &
-        bind(c, name="kokkosmla_plan_execute_strided_d")
+    function kokkosmla_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, latent, latent_row_stride, &
+                                              w_uk, w_uv, out) bind(c, name="kokkosmla_plan_execute_strided_d")
       import :: c_ptr, c_int, c_int64_t
       type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
-      integer(c_int64_t), value :: q_row_stride, q_head_stride
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride
       integer(c_int) :: kokkosmla_plan_execute_strided_d
     end function
 

@@ -25,8 +25,7 @@ struct ViewTypes {
   using Queries = Kokkos::View<const Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
   /// The latent (B, S, R): rows (b, s) evenly spaced, unit stride within a
-  /// row (reads_latent_in_place), for paths that read it so
-  /// (PlannedPrefill::reads_latent_rows); row-major for the others.
+  /// row (reads_latent_in_place); every prefill path reads it by rows.
   using Latent = Kokkos::View<const Scalar***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
 };
@@ -259,23 +258,29 @@ std::int64_t latent_row_stride(const V& v) {
   return v.extent(0) * v.extent(1) > 1 ? std::int64_t(token_row_stride(v)) : std::int64_t(v.extent(2));
 }
 
-/// Whether the paths that read the latent by rows (reads_latent_rows) take a
-/// (B, S, R) view where it lies: row-major without gaps, or unit stride
-/// within a row, rows (b, s) evenly spaced, the start and the row stride on
-/// 16-byte boundaries, as the latent part of a packed (B, S, R + Dr) array is.
+/// Whether the prefill paths take a (B, S, R) latent view where it lies:
+/// row-major without gaps, or unit stride within a row, rows (b, s) evenly
+/// spaced and not overlapping (BLAS's rule for a leading dimension), the
+/// start and the row stride on 16-byte boundaries, as the latent part of a
+/// packed (B, S, R + Dr) array is.
 template <class V>
 bool reads_latent_in_place(const V& v) {
   static_assert(int(V::rank) == 3, "a (B, S, R) view");
-  return reads_rows_in_place(v);
+  return reads_rows_in_place(v) && (v.size() == 0 || latent_row_stride(v) >= std::int64_t(v.extent(2)));
 }
 
-/// A query view as the kernels take it: v itself where they read it in place
-/// (reads_in_place), else a row-major copy filled on exec (row_major).
+/// A (B, T, H, width) query view or a (B, S, R) latent view as the kernels
+/// take it: v itself where they read it in place (reads_in_place,
+/// reads_latent_in_place), else a row-major copy filled on exec (row_major).
 template <class ExecSpace, class V>
-Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space> query_view(
-    const ExecSpace& exec, const V& v, const CopyBuffers<typename V::memory_space>* kept = nullptr,
-    int slot = 0) {
-  if (reads_in_place(v)) return v;
+Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space> rows_view(
+    const ExecSpace& exec, const V& v, const CopyBuffers<typename V::memory_space>* kept, int slot) {
+  bool in_place;
+  if constexpr (int(V::rank) == 4)
+    in_place = reads_in_place(v);
+  else
+    in_place = reads_latent_in_place(v);
+  if (in_place) return v;
   return row_major(exec, v, true, kept, slot);
 }
 
@@ -369,22 +374,17 @@ class Plan {
             lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
-  /// Whether the chosen path reads a latent whose rows are evenly spaced (reads_latent_in_place).
-  bool reads_latent_rows() const;
 
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
-  /// reads_in_place, the latent where it lies when reads_latent_in_place and
-  /// the path reads it by rows, the others where they are row-major without
-  /// gaps; else copies in the plan's copy buffers (outputs copied back).
+  /// reads_in_place, the latent where it lies when reads_latent_in_place,
+  /// the others where they are row-major without gaps; else copies in the
+  /// plan's copy buffers (outputs copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
-    const auto q_rows = Impl::query_view(exec, q, &copies_, 0);
-    const typename views::Latent latent_rows =
-        reads_latent_rows() && Impl::reads_latent_in_place(latent)
-            ? typename views::Latent(latent)
-            : typename views::Latent(Impl::row_major(exec, latent, true, &copies_, 1));
+    const auto q_rows = Impl::rows_view(exec, q, &copies_, 0);
+    const typename views::Latent latent_rows = Impl::rows_view(exec, latent, &copies_, 1);
     const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
     const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
     const auto out_rows = Impl::row_major(exec, out, false, &copies_, 4);

@@ -157,18 +157,21 @@ int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const
                              const float* w_uk, const float* w_uv, float* out);
 int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
                              const double* w_uk, const double* w_uv, double* out);
-/* As above with q (B, T, H, D) given by strides in elements: query t of
-   sequence b, head h, starts q_row_stride * (b * T + t) + q_head_stride * h
-   elements from q, its D values contiguous (0, 0: contiguous). The first D
-   columns of a (B, T, H, W) array have strides H * W and W; rows whose start
-   and strides are multiples of 16 bytes are read where they lie, others
-   copied. Rows or heads that would overlap are rejected. */
+/* As above with q (B, T, H, D) and the latent (B, S, R) given by strides in
+   elements: query t of sequence b, head h, starts q_row_stride * (b * T + t)
+   + q_head_stride * h elements from q, its D values contiguous (0, 0:
+   contiguous); latent row s of sequence b starts latent_row_stride * (b * S
+   + s) elements from latent, its R values contiguous (0: contiguous). The
+   first D columns of a (B, T, H, W) array have strides H * W and W; the
+   latent part of a (B, S, R + Dr) array has row stride R + Dr. Rows whose
+   start and strides are multiples of 16 bytes are read where they lie,
+   others copied. Rows or heads that would overlap are rejected. */
 int kokkosmla_plan_execute_strided_f(const kokkosmla_plan_f* plan, const float* q, int64_t q_row_stride,
-                                     int64_t q_head_stride, const float* latent, const float* w_uk,
-                                     const float* w_uv, float* out);
+                                     int64_t q_head_stride, const float* latent, int64_t latent_row_stride,
+                                     const float* w_uk, const float* w_uv, float* out);
 int kokkosmla_plan_execute_strided_d(const kokkosmla_plan_d* plan, const double* q, int64_t q_row_stride,
-                                     int64_t q_head_stride, const double* latent, const double* w_uk,
-                                     const double* w_uv, double* out);
+                                     int64_t q_head_stride, const double* latent, int64_t latent_row_stride,
+                                     const double* w_uk, const double* w_uv, double* out);
 /* The algorithm the plan runs (never KOKKOSMLA_AUTO), in *algorithm. */
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm);
 int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);

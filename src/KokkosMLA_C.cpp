@@ -391,17 +391,33 @@ int execute_cache_plan(const char* caller, const Handle* plan, const T* q, RowSt
   });
 }
 
+/// A (B, S, R) latent array whose row b * S + s starts row_stride * (b * S +
+/// s) from p (0: R) as a LayoutStride view, its rows checked not to overlap.
+template <class T>
+using StridedLatent = Kokkos::View<const T***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
+
+template <class T>
+StridedLatent<T> latent_rows(const T* p, std::int64_t row_stride, const Shape& s) {
+  if (row_stride == 0) row_stride = s.latent_dim;
+  if (row_stride < s.latent_dim)
+    invalid("latent_row_stride = " + std::to_string(row_stride) + " overlaps its rows of " +
+            std::to_string(s.latent_dim) + " elements");
+  return StridedLatent<T>(p, Kokkos::LayoutStride(s.batch, s.keys * row_stride, s.keys, row_stride,
+                                                  s.latent_dim, 1));
+}
+
 template <class T, class Handle>
 int execute_plan(const char* caller, const Handle* plan, const T* q, RowStrides q_strides, const T* latent,
-                 const T* w_uk, const T* w_uv, T* out) {
+                 std::int64_t latent_row_stride, const T* w_uk, const T* w_uv, T* out) {
   return guarded(caller, [&] {
     require_pointer(plan, "plan");
     require_initialized();
     const Shape& s = plan->plan.shape();
     const Arguments<T> a(q, latent, w_uk, w_uv, out, s);
     const auto q_view = query_rows("q", q, q_strides, s.batch, s.queries, s.heads, s.head_dim);
+    const auto latent_view = latent_rows(latent, latent_row_stride, s);
     const Space exec;
-    plan->plan.execute(exec, q_view, a.latent, a.w_uk, a.w_uv, a.out);
+    plan->plan.execute(exec, q_view, latent_view, a.w_uk, a.w_uv, a.out);
     exec.fence();
   });
 }
@@ -555,26 +571,26 @@ int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64
 
 int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const float* latent,
                              const float* w_uk, const float* w_uv, float* out) {
-  return KokkosMLA::execute_plan("kokkosmla_plan_execute_f", plan, q, {}, latent, w_uk, w_uv, out);
+  return KokkosMLA::execute_plan("kokkosmla_plan_execute_f", plan, q, {}, latent, 0, w_uk, w_uv, out);
 }
 
 int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
                              const double* w_uk, const double* w_uv, double* out) {
-  return KokkosMLA::execute_plan("kokkosmla_plan_execute_d", plan, q, {}, latent, w_uk, w_uv, out);
+  return KokkosMLA::execute_plan("kokkosmla_plan_execute_d", plan, q, {}, latent, 0, w_uk, w_uv, out);
 }
 
 int kokkosmla_plan_execute_strided_f(const kokkosmla_plan_f* plan, const float* q, int64_t q_row_stride,
-                                     int64_t q_head_stride, const float* latent, const float* w_uk,
-                                     const float* w_uv, float* out) {
+                                     int64_t q_head_stride, const float* latent, int64_t latent_row_stride,
+                                     const float* w_uk, const float* w_uv, float* out) {
   return KokkosMLA::execute_plan("kokkosmla_plan_execute_strided_f", plan, q, {q_row_stride, q_head_stride},
-                                 latent, w_uk, w_uv, out);
+                                 latent, latent_row_stride, w_uk, w_uv, out);
 }
 
 int kokkosmla_plan_execute_strided_d(const kokkosmla_plan_d* plan, const double* q, int64_t q_row_stride,
-                                     int64_t q_head_stride, const double* latent, const double* w_uk,
-                                     const double* w_uv, double* out) {
+                                     int64_t q_head_stride, const double* latent, int64_t latent_row_stride,
+                                     const double* w_uk, const double* w_uv, double* out) {
   return KokkosMLA::execute_plan("kokkosmla_plan_execute_strided_d", plan, q, {q_row_stride, q_head_stride},
-                                 latent, w_uk, w_uv, out);
+                                 latent, latent_row_stride, w_uk, w_uv, out);
 }
 
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm) {

@@ -118,8 +118,8 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   check(exec, a);
   // The arguments as the paths read them: themselves where they can, else
   // copies in the plan's buffers.
-  const auto q = Impl::query_view(exec, a.q, &copies_, 0);
-  const auto q_rope = Impl::query_view(exec, a.q_rope, &copies_, 1);
+  const auto q = Impl::rows_view(exec, a.q, &copies_, 0);
+  const auto q_rope = Impl::rows_view(exec, a.q_rope, &copies_, 1);
   const auto w_uk = row_major(exec, a.w_uk, true, &copies_, 2);
   const auto w_uv = row_major(exec, a.w_uv, true, &copies_, 3);
   const auto out = row_major(exec, a.out, false, &copies_, 4);

@@ -102,11 +102,6 @@ Path Plan<Scalar, ExecSpace>::path() const {
 }
 
 template <class Scalar, class ExecSpace>
-bool Plan<Scalar, ExecSpace>::reads_latent_rows() const {
-  return path_->reads_latent_rows();
-}
-
-template <class Scalar, class ExecSpace>
 std::size_t Plan<Scalar, ExecSpace>::workspace_bytes() const {
   return path_->workspace_bytes();
 }

@@ -231,28 +231,38 @@ static void test_plan(void) {
   EXPECT_ERROR(kokkosmla_plan_execute_d(plan, p.dq, NULL, p.dw_uk, p.dw_uv, p.dout),
                KOKKOSMLA_ERROR_INVALID_ARGUMENT, "latent is NULL");
   {
-    /* q as the first D columns of a (B, T, H, W) array, given by strides:
-       the contiguous result bit for bit, read in place (W even: 16-byte
-       rows) or copied (W odd). Overlapping heads are rejected. */
-    const int64_t rows = s.B * s.T * s.H;
+    /* q as the first D columns of a (B, T, H, W) array and the latent as the
+       first R columns of a (B, S, L) one, given by strides: the contiguous
+       result bit for bit, read in place (W and L even: 16-byte rows) or
+       copied (W and L odd). Overlapping heads or rows are rejected. */
+    const int64_t rows = s.B * s.T * s.H, latent_rows = s.B * s.S;
     double* want = host_copy_of(p.dout, q_size(s));
     int64_t W;
     for (W = s.D + 2; W <= s.D + 3; ++W) {
+      const int64_t L = s.R + W - s.D - 1;
       double* wide = calloc((size_t)(rows * W), sizeof(double));
-      double* dwide;
+      double* wide_latent = calloc((size_t)(latent_rows * L), sizeof(double));
+      double *dwide, *dwide_latent;
       double* got;
       place_rows(wide, p.q, rows, s.D, W, 0);
+      place_rows(wide_latent, p.latent, latent_rows, s.R, L, 0);
       dwide = to_device(wide, (size_t)(rows * W));
-      CHECK(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, p.dlatent, p.dw_uk, p.dw_uv, p.dout) ==
-            KOKKOSMLA_SUCCESS);
+      dwide_latent = to_device(wide_latent, (size_t)(latent_rows * L));
+      CHECK(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, dwide_latent, L, p.dw_uk, p.dw_uv,
+                                             p.dout) == KOKKOSMLA_SUCCESS);
       got = host_copy_of(p.dout, q_size(s));
       CHECK(max_difference(got, want, q_size(s)) == 0);
-      EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, s.D - 1, p.dlatent, p.dw_uk,
+      EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, s.D - 1, p.dlatent, 0, p.dw_uk,
                                                     p.dw_uv, p.dout),
                    KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_head_stride = 3");
+      EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, dwide_latent, s.R - 1, p.dw_uk,
+                                                    p.dw_uv, p.dout),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "latent_row_stride = 4 overlaps");
       free(got);
       free(wide);
+      free(wide_latent);
       CHECK(kokkosmla_free(dwide) == KOKKOSMLA_SUCCESS);
+      CHECK(kokkosmla_free(dwide_latent) == KOKKOSMLA_SUCCESS);
     }
     free(want);
   }

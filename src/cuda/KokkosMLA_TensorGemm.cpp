@@ -50,6 +50,10 @@ template <>
 cudaDataType_t data_type<float>() {
   return CUDA_R_32F;
 }
+template <>
+cudaDataType_t data_type<double>() {
+  return CUDA_R_64F;
+}
 #if KOKKOSMLA_HAS_HALF
 template <>
 cudaDataType_t data_type<Kokkos::Experimental::half_t>() {
@@ -63,9 +67,11 @@ cudaDataType_t data_type<Kokkos::Experimental::bhalf_t>() {
 }
 #endif
 
-/// TF32 products for float with FloatGemm::Tf32; fp32 accumulation always.
+/// TF32 products for float with FloatGemm::Tf32; fp32 accumulation always
+/// (fp64 for double).
 template <class T>
 cublasComputeType_t compute_type(FloatGemm float_gemm) {
+  if (std::is_same<T, double>::value) return CUBLAS_COMPUTE_64F;
   return std::is_same<T, float>::value && float_gemm == FloatGemm::Tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
                                                                         : CUBLAS_COMPUTE_32F;
 }
@@ -79,7 +85,9 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
     throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
                                 ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
   const HandleOnStream h(exec);
-  const float one = 1, zero = 0;
+  // alpha and beta in the compute type: fp64 for double, fp32 otherwise.
+  using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
+  const Factor one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
   const cublasComputeType_t compute = compute_type<T>(float_gemm);
   // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
@@ -125,6 +133,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \
                                   HeadMatrices<T>, FloatGemm);
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(double)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(float)
 #if KOKKOSMLA_HAS_HALF
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(Kokkos::Experimental::half_t)

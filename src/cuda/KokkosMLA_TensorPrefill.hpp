@@ -18,7 +18,6 @@ class TensorPrefill : public PlannedPrefill<Scalar, ExecSpace> {
   static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Decompressed; }
   Algorithm algorithm() const override { return Algorithm::Decompressed; }
   std::size_t workspace_bytes() const override { return kv_.span() * sizeof(Scalar); }
-  bool reads_latent_rows() const override { return true; }  // cuBLAS takes its row stride
 
  protected:
   explicit TensorPrefill(const PrefillProblem& p);

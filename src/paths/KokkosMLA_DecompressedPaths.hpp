@@ -1,7 +1,8 @@
 #ifndef KOKKOSMLA_DECOMPRESSEDPATHS_HPP
 #define KOKKOSMLA_DECOMPRESSEDPATHS_HPP
 // Decompressed prefill: K = latent W_uk and V = latent W_uv as one GEMM each
-// (Kokkos Kernels: cuBLAS or OpenBLAS through its TPLs) into the workspace,
+// (cuBLAS, the host BLAS of Kokkos Kernels' TPL, or Kokkos Kernels' own
+// GEMM: gemm_strided_rows) into the workspace,
 // then flash attention per (batch, head, query tile). Three paths differ in
 // the flash kernel: on hosts the one written for a core's vector unit; on
 // GPUs the register-blocked one where its tile fits and is well used; else
@@ -9,6 +10,7 @@
 
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_FlashHostKernel.hpp"
+#include "impl/KokkosMLA_StridedGemm.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <sstream>
@@ -34,21 +36,17 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
  protected:
   /// K then V, each (B, S, H, D), in the workspace; returns K (V follows it).
   Scalar* decompress(const ExecSpace& exec, const Call& c) const {
-    using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, typename ExecSpace::memory_space,
-                                Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-    using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, typename ExecSpace::memory_space,
-                                     Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
     const Shape& s = problem_.shape;
-    // In LayoutRight, latent is a (B*S) x R matrix and w_uk an R x (H*D) one:
-    // their product is K as (B, S, H, D), one GEMM for all heads.
+    // The latent is a (B*S) x R matrix (its rows apart by its row stride, a
+    // slice of a packed array) and w_uk an R x (H*D) one: their product is
+    // K as (B, S, H, D), one GEMM for all heads.
     const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
-    const ConstMatrix lat(c.latent.data(), rows, s.latent_dim);
+    const std::int64_t ld = latent_row_stride(c.latent);
     Scalar* ws = kv_.data();
-    const Matrix k(ws, rows, cols), v(ws + rows * cols, rows, cols);
-    // Kokkos Kernels names its own kernels; the region tells tools they belong to this library.
+    // The GEMM libraries name their own kernels; the region tells tools they belong to this library.
     Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-    Impl::gemm(exec, lat, ConstMatrix(c.w_uk.data(), s.latent_dim, cols), k);
-    Impl::gemm(exec, lat, ConstMatrix(c.w_uv.data(), s.latent_dim, cols), v);
+    gemm_strided_rows(exec, rows, cols, s.latent_dim, c.latent.data(), ld, c.w_uk.data(), ws);
+    gemm_strided_rows(exec, rows, cols, s.latent_dim, c.latent.data(), ld, c.w_uv.data(), ws + rows * cols);
     Kokkos::Profiling::popRegion();
     return ws;
   }

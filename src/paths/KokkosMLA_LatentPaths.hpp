@@ -35,7 +35,6 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     apply(config_, latent_tiles(latent_kernel<ExecSpace, Scalar, TilesOf>(p.shape), p.shape.keys, p.backend));
   }
   std::string describe() const override { return describe_latent_tiles(config_); }
-  bool reads_latent_rows() const override { return true; }
 
  protected:
   /// The kernel of one step on the call's data; lse only where given.

@@ -52,10 +52,6 @@ class PlannedPrefill {
   /// The path's own part of a plan's describe(): team, tiles, scratch.
   virtual std::string describe() const = 0;
   virtual std::size_t workspace_bytes() const = 0;
-  /// Whether run() reads call.latent by rows, evenly spaced (a slice of a
-  /// packed (B, S, R + Dr) array, read where it lies); otherwise the Plan
-  /// hands it a row-major latent without gaps (a copy where need be).
-  virtual bool reads_latent_rows() const { return false; }
   virtual void run(const ExecSpace& exec, const Call& call) const = 0;
 };
 

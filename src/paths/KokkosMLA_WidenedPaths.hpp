@@ -59,7 +59,6 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
   Algorithm algorithm() const override { return widened_.plan.algorithm(); }
   std::string describe() const override { return widened_.describe(); }
   std::size_t workspace_bytes() const override { return widened_.workspace_bytes(); }
-  bool reads_latent_rows() const override { return true; }  // widened row by row
 
   void run(const ExecSpace& exec, const typename PlannedPrefill<Scalar, ExecSpace>::Call& c) const override {
     using Float = ViewTypes<float, memory_space>;
