@@ -21,7 +21,8 @@
 // pass q (and q_rope) as slices of one (B, T, H, 192) query projection (read
 // in place), or q as a LayoutLeft view (copied per call), against the
 // contiguous rows of the same run; strided_q/bf16/<shape>/latent_slice the
-// latent as the leading 512 columns of a packed (B, S, 576) KV projection.
+// latent as the leading 512 columns of a packed (B, S, 576) KV projection
+// (strided_q/float/... on CUDA: the same for the Decompressed fp32 path).
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
 // decode_sparse_attention/fp8|bf16/... time sparse attention (topk random
@@ -409,8 +410,7 @@ inline const char* to_string(QueryLayout l) {
 /// query projection (a LayoutStride slice, read in place; the rest would be
 /// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call);
 /// or (LatentSlice) with q contiguous and the latent the leading R columns of
-/// a packed (B, S, R + 64) KV projection (read in place by the row-reading
-/// paths, copied for the others); timed alike.
+/// a packed (B, S, R + 64) KV projection (read in place); timed alike.
 template <class T>
 void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Inputs<T> in(s);
@@ -673,6 +673,10 @@ void run_decode_fp8(benchmark::State& state, DecodeShape d) {
 void run_decode_attention_fp8(benchmark::State& state, DecodeShape d) {
   run_decode_attention_with<Kokkos::Experimental::bhalf_t>(state, d, std::nullopt, CacheStorage::Fp8PerBlock);
 }
+void run_decode_attention_fp8_sm80(benchmark::State& state, DecodeShape d) {
+  run_decode_attention_with<Kokkos::Experimental::bhalf_t>(state, d, Path::DecodeTensorSm80,
+                                                           CacheStorage::Fp8PerBlock);
+}
 #endif
 
 void register_decode_fp8() {
@@ -683,6 +687,9 @@ void register_decode_fp8() {
 #endif
 #if KOKKOSMLA_ENABLE_SM80
   register_decode_kind("decode_attention", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8);
+#if KOKKOSMLA_ENABLE_SM90A
+  register_decode_kind("decode_attention_sm80", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8_sm80);
+#endif
   // Sparse decode's attention step (index listing included), FP8 as FlashMLA stores it and bf16.
   register_decode_kind("decode_sparse_attention", "fp8", DecodeShapes::Sparse, &run_decode_attention_fp8);
   register_decode_kind("decode_sparse_attention", "bf16", DecodeShapes::Sparse,
@@ -744,6 +751,8 @@ int main(int argc, char** argv) {
         "decode_registers", "float", KokkosMLA::Bench::DecodeShapes::All,
         &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
     KokkosMLA::Bench::register_decode_graph<float>("float");
+    // The Decompressed prefill's GEMMs on a latent slice (BLAS's leading dimension).
+    KokkosMLA::Bench::register_strided_q<float>("float");
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_graph<Kokkos::Experimental::bhalf_t>("bf16");
 #endif
