@@ -227,8 +227,8 @@ TEST(PathNames, EveryPathHasAName) {
 
 #if KOKKOSMLA_ENABLE_SM90A && KOKKOSMLA_HAS_BHALF
 // The Hopper decode path takes DeepSeek's widths on compute capability 9.0
-// alone, with the opt-in's team scratch and 64 or more query rows a sequence.
-TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
+// alone, with the opt-in's team scratch and 32 or more query rows a sequence.
+TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndThirtyTwoRows) {
   using Unit = Impl::DecodeSm90Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
   auto takes = [](const Backend& be, int compute_capability, const CacheShape& s) {
     Impl::CacheProblem p;
@@ -238,12 +238,13 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndSixtyFourRows) {
     return Unit::applicable(p);
   };
   const CacheShape h128{128, 1, 128, 128, 512, 64, 4096}, h16{128, 1, 16, 128, 512, 64, 4096},
-      h16_four_tokens{128, 4, 16, 128, 512, 64, 4096}, no_rope{128, 1, 64, 128, 512, 0, 4096},
-      other_widths{128, 1, 128, 128, 256, 64, 4096};
+      h16_two_tokens{128, 2, 16, 128, 512, 64, 4096}, h8_three_tokens{128, 3, 8, 128, 512, 64, 4096},
+      no_rope{128, 1, 64, 128, 512, 0, 4096}, other_widths{128, 1, 128, 128, 256, 64, 4096};
   EXPECT_TRUE(takes(large, 90, h128));
-  EXPECT_TRUE(takes(large, 90, h16_four_tokens));  // 4 tokens x 16 heads: 64 rows
+  EXPECT_TRUE(takes(large, 90, h16_two_tokens));  // 2 tokens x 16 heads: 32 rows
   EXPECT_TRUE(takes(large, 90, no_rope));
-  EXPECT_FALSE(takes(large, 90, h16));  // 16 rows: the mma.sync kernel's
+  EXPECT_FALSE(takes(large, 90, h16));              // 16 rows: the mma.sync kernel's
+  EXPECT_FALSE(takes(large, 90, h8_three_tokens));  // 24 rows
   EXPECT_FALSE(takes(classic, 90, h128));
   EXPECT_FALSE(takes(large, 80, h128));
   EXPECT_FALSE(takes(large, 100, h128));

@@ -9,14 +9,19 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// Query rows per sequence (per query token with sparse indices) from which
+/// the wgmma kernel's 64-row teams beat the mma.sync kernel's 16-row ones:
+/// on the H200 (B = 128, H = 16, S = 4096) 0.201 against 0.303 ms at 32 rows
+/// (Tq = 2), 0.194 against 0.179 at 16 (Tq = 1); FP8 0.323 against 0.438
+/// and 0.321 against 0.230.
+constexpr std::int64_t kDecodeSm90MinRows = 32;
+
 template <class Scalar, class ExecSpace>
 bool DecodeSm90Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  // sm_90a code runs on compute capability 9.0 alone. Below one team's 64
-  // query rows per sequence (per query token with sparse indices) the mma.sync kernel, 16 rows a team, is
-  // faster (B = 128, S = 4096 on the H200: 0.17 against 0.31 ms at H = 16).
+  // sm_90a code runs on compute capability 9.0 alone.
   const CacheShape& s = p.shape;
   const CacheShape rows = decode_shape(s);  // with sparse indices: heads alone
-  return tensor_cache_widths(s) && rows.queries * rows.heads >= DecodeSm90Kernel<Scalar, 64>::kRows &&
+  return tensor_cache_widths(s) && rows.queries * rows.heads >= kDecodeSm90MinRows &&
          p.backend.compute_capability == 90 &&
          decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s) <=
              decode_scratch_budget<DecodeSm90Kernel, Scalar>(p.backend);

@@ -28,10 +28,10 @@
 // with its own), and when P_i is published and used. 128 fp32 accumulators
 // a thread in both groups. 72 KB of queries and 2 x 72 KB of tiles take
 // 218 KB: a Kokkos with the CUDA shared-memory opt-in (one team per SM);
-// the plan takes the mma.sync path elsewhere, and below 64 query rows per
+// the plan takes the mma.sync path elsewhere, and below 32 query rows per
 // sequence, where this kernel's 64-row products are mostly empty
-// (docs/performance.md, which also gives the 32-key design this one
-// replaced).
+// (kDecodeSm90MinRows; docs/performance.md, which also gives the 32-key
+// design this one replaced).
 //
 // FP8 caches: 32-key tiles, P published in a buffer of its own (two deep);
 // tokens staged as stored in two buffers (tile i + 1's copied while tile i's
