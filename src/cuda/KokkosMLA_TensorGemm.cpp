@@ -81,25 +81,21 @@ cublasComputeType_t compute_type(FloatGemm float_gemm) {
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
                  const T* a, std::int64_t lda, const T* b, T* c, FloatGemm float_gemm) {
-  if (cols > INT_MAX || inner > INT_MAX || lda > INT_MAX)
-    throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
-                                ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
+  require_int_gemm_extents(cols, inner, lda);
   const HandleOnStream h(exec);
   // alpha and beta in the compute type: fp64 for double, fp32 otherwise.
   using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
   const Factor one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
   const cublasComputeType_t compute = compute_type<T>(float_gemm);
-  // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
-  const std::int64_t piece = INT_MAX / 2;
-  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
-    const int m = int(rows - r0 < piece ? rows - r0 : piece);
+  // Row-major c = a b is column-major c^T = b^T a^T.
+  for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
     const cublasStatus_t status = cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner),
                                                &one, b, type, int(cols), a + r0 * lda, type, int(lda), &zero,
                                                c + r0 * cols, type, int(cols), compute, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
-  }
+  });
 }
 
 template <class T>

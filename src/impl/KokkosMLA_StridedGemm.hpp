@@ -18,10 +18,7 @@
 #include <KokkosBlas_Host_tpl.hpp>
 #endif
 
-#include <climits>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -52,17 +49,13 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
 #endif
   } else if constexpr (host_blas) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
-    if (cols > INT_MAX || inner > INT_MAX || lda > INT_MAX)
-      throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
-                                  ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
+    require_int_gemm_extents(cols, inner, lda);
     exec.fence();  // BLAS runs on this thread, after what exec was given before
-    // Row-major c = a b is column-major c^T = b^T a^T; rows go in int-sized pieces.
-    const std::int64_t piece = INT_MAX / 2;
-    for (std::int64_t r0 = 0; r0 < rows; r0 += piece) {
-      const int m = int(rows - r0 < piece ? rows - r0 : piece);
+    // Row-major c = a b is column-major c^T = b^T a^T.
+    for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
       KokkosBlas::Impl::HostBlas<Scalar>::gemm('N', 'N', int(cols), m, int(inner), Scalar(1), b, int(cols),
                                                a + r0 * lda, int(lda), Scalar(0), c + r0 * cols, int(cols));
-    }
+    });
 #endif
   } else if (lda == inner) {
     gemm(exec, ConstMatrix(a, rows, inner), ConstMatrix(b, inner, cols), Matrix(c, rows, cols));

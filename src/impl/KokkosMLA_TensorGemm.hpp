@@ -9,6 +9,10 @@
 #include <KokkosMLA_Precision.hpp>
 #include <KokkosMLA_config.hpp>
 
+#include <climits>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 
 namespace KokkosMLA {
@@ -42,6 +46,22 @@ template <class Scalar>
 const char* products_label(const Options& opt) {
   if (!std::is_same<Scalar, float>::value) return "";
   return split_tf32<Scalar>(opt) ? " products=3xtf32" : " products=tf32";
+}
+
+/// BLAS takes int extents: throws std::invalid_argument unless a row-major
+/// GEMM's columns, inner extent and leading dimension fit one.
+inline void require_int_gemm_extents(std::int64_t cols, std::int64_t inner, std::int64_t lda) {
+  if (cols > INT_MAX || inner > INT_MAX || lda > INT_MAX)
+    throw std::invalid_argument("KokkosMLA: GEMM extents beyond int: cols " + std::to_string(cols) +
+                                ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
+}
+
+/// Calls gemm(r0, m) for the rows r0 .. r0 + m - 1 of a row-major GEMM of
+/// `rows` rows, in pieces whose row count m fits an int.
+template <class Gemm>
+void for_int_row_pieces(std::int64_t rows, Gemm&& gemm) {
+  const std::int64_t piece = INT_MAX / 2;
+  for (std::int64_t r0 = 0; r0 < rows; r0 += piece) gemm(r0, int(rows - r0 < piece ? rows - r0 : piece));
 }
 
 }  // namespace Impl
