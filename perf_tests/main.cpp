@@ -32,7 +32,9 @@
 // kernels of that path alone, on absorbed queries, as FlashMLA's benchmark
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
 // bf16/<shape>/FlashTensorSm80 and fp16/... (builds with sm_90a code) force
-// the mma.sync prefill, for an A/B against the Hopper path Auto takes.
+// the mma.sync prefill, for an A/B against the Hopper path Auto takes;
+// float/<shape>/DecompressedBlocked and double/<shape>/{Auto,DecompressedBlocked}
+// (CUDA) the blocked flash kernel against attention by GEMMs.
 // decode_registers/float/... (CUDA) runs the float decode on the
 // CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
 // decode/tf32/... and decode/fp32emu/... run the float decode with
@@ -210,7 +212,6 @@ void register_all(const char* type,
     }
 }
 
-#if KOKKOSMLA_ENABLE_SM90A
 /// type/<shape>/<path> for the shapes whose head_dim the tensor-core paths
 /// take: the plan forced onto one path (an A/B against type/<shape>/Auto in one run).
 template <class T>
@@ -227,7 +228,6 @@ void register_prefill_on(const char* type, Path path) {
         ->MinTime(0.2);
   }
 }
-#endif
 
 /// A DeepSeek-V3 decode problem: B sequences of `keys` tokens each in a paged
 /// cache (pages in a scattered order), Tq new queries per sequence, RoPE part.
@@ -751,6 +751,11 @@ int main(int argc, char** argv) {
         "decode_registers", "float", KokkosMLA::Bench::DecodeShapes::All,
         &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
     KokkosMLA::Bench::register_decode_graph<float>("float");
+    // The flash kernel that attention by GEMMs (DecompressedGemm, Auto's
+    // path for these shapes) replaced, beside it; and the same in double.
+    KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedBlocked);
+    KokkosMLA::Bench::register_all<double>("double", {KokkosMLA::Algorithm::Auto});
+    KokkosMLA::Bench::register_prefill_on<double>("double", KokkosMLA::Path::DecompressedBlocked);
     // The Decompressed prefill's GEMMs on a latent slice (BLAS's leading dimension).
     KokkosMLA::Bench::register_strided_q<float>("float");
 #if KOKKOSMLA_HAS_BHALF

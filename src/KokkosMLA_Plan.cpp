@@ -42,6 +42,7 @@ Algorithm algorithm_of(Path path) {
     case Path::DecompressedHost:
     case Path::FlashTensorSm80:
     case Path::FlashSm90:
+    case Path::DecompressedGemm:
       return Algorithm::Decompressed;
     default:
       return Algorithm::Auto;

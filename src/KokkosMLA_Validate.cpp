@@ -57,6 +57,8 @@ std::string to_string(Path p) {
       return "DecodeSm90";
     case Path::FlashSm90:
       return "FlashSm90";
+    case Path::DecompressedGemm:
+      return "DecompressedGemm";
     case Path::CacheHost:
       return "CacheHost";
   }

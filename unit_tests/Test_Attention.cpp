@@ -5,6 +5,7 @@
 
 #include "impl/KokkosMLA_Tiling.hpp"
 
+#include <cmath>
 #include <map>
 
 namespace KokkosMLA {
@@ -163,11 +164,13 @@ TYPED_TEST(AttentionTyped, DecompressedOnEveryBlockedTileMatchesReference) {
 
 // Every Decompressed path that takes a shape, forced through Options::path,
 // matches the reference on every shape, causal or not: hosts run their
-// vector-unit kernel and the portable one alike, GPUs the blocked and the portable one.
+// vector-unit kernel, attention by GEMMs and the portable one alike, GPUs the
+// GEMMs, the blocked and the portable one.
 TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
   std::map<Path, int> ran;
   for (const Shape& s : kShapes)
-    for (Path path : {Path::DecompressedHost, Path::DecompressedBlocked, Path::DecompressedPortable})
+    for (Path path :
+         {Path::DecompressedHost, Path::DecompressedGemm, Path::DecompressedBlocked, Path::DecompressedPortable})
       for (bool causal : {true, false}) {
         SCOPED_TRACE(to_string(path) + " causal=" + std::to_string(causal));
         Options opt;
@@ -183,9 +186,38 @@ TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
       }
   const int every = int(2 * (sizeof(kShapes) / sizeof(kShapes[0])));
   EXPECT_EQ(ran[Path::DecompressedPortable], every);
+  EXPECT_EQ(ran[Path::DecompressedGemm], every);
   if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
     EXPECT_EQ(ran[Path::DecompressedHost], every);
   }
+}
+
+// Attention by GEMMs in several query blocks per batch element (blocks of
+// 16384 / H rows: 256 at 64 heads, 81 at 200 heads, the last one partial),
+// keys past the queries, causal or not, a negative scale: out and lse against
+// the reference.
+TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
+  using T = TypeParam;
+  for (const Shape& s : {Shape{2, 300, 345, 64, 8, 16}, Shape{1, 170, 170, 200, 4, 4}})
+    for (bool causal : {true, false}) {
+      Options opt;
+      opt.path = Path::DecompressedGemm;
+      opt.causal = causal;
+      if (!causal) opt.scale = -0.3;
+      const Plan<T, Space> plan(Space(), s, opt);
+      EXPECT_NE(plan.describe().find(s.heads == 64 ? "query_block=256" : "query_block=81"), std::string::npos)
+          << plan.describe();
+      Problem<T> p(s, 29);
+      View3<T> lse("lse", s.batch, s.queries, s.heads);
+      Kokkos::deep_copy(lse, T(std::nan("")));
+      plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse);
+      std::vector<double> want_lse;
+      const auto want = reference(p, opt, &want_lse);
+      EXPECT_TRUE(close(Problem<T>::host_copy(p.out), want, tolerance<T>(), s)) << plan.describe();
+      Shape lse_shape = s;
+      lse_shape.head_dim = 1;
+      EXPECT_TRUE(close(Problem<T>::host_copy(lse), want_lse, tolerance<T>(), lse_shape)) << plan.describe();
+    }
 }
 
 TYPED_TEST(AttentionTyped, AlgorithmsAgree) {

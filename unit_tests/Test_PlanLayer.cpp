@@ -169,7 +169,7 @@ TYPED_TEST(PathChoice, PathComputesTheAlgorithmAsked) {
         break;
       default:
         EXPECT_TRUE(plan.path() == Path::DecompressedPortable || plan.path() == Path::DecompressedBlocked ||
-                    plan.path() == Path::DecompressedHost)
+                    plan.path() == Path::DecompressedHost || plan.path() == Path::DecompressedGemm)
             << plan.describe();
     }
     EXPECT_NE(plan.describe().find("path=" + to_string(plan.path())), std::string::npos) << plan.describe();
@@ -221,7 +221,8 @@ TEST(PathNames, EveryPathHasAName) {
   for (Path p :
        {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
         Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters, Path::CacheBlocked,
-        Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90, Path::FlashSm90})
+        Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90, Path::FlashSm90,
+        Path::DecompressedGemm})
     EXPECT_NE(to_string(p), "?");
 }
 

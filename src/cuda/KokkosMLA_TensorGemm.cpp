@@ -102,12 +102,10 @@ template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
                        HeadMatrices<T> c, FloatGemm float_gemm) {
-  const std::int64_t extents[] = {heads, rows, cols, inner, a.ld, b.ld, c.ld};
-  for (std::int64_t x : extents)
-    if (x > INT_MAX)
-      throw std::invalid_argument("KokkosMLA: per-head GEMM extent beyond int: " + std::to_string(x));
+  require_int_head_gemm_extents({heads, rows, cols, inner, a.ld, b.ld, c.ld});
   const HandleOnStream h(exec);
-  const float one = 1, zero = 0;
+  using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
+  const Factor one = 1, zero = 0;
   const cudaDataType_t type = data_type<T>();
   // Row-major c = a op(b) is column-major c^T = op(b)^T a^T: b's rows are
   // column-major columns, so a transposed row-major b is an untransposed
@@ -131,6 +129,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(double)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(float)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(double)
 #if KOKKOSMLA_HAS_HALF
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(Kokkos::Experimental::half_t)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(Kokkos::Experimental::half_t)

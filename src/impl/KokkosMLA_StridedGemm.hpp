@@ -1,8 +1,9 @@
 #ifndef KOKKOSMLA_STRIDEDGEMM_HPP
 #define KOKKOSMLA_STRIDEDGEMM_HPP
-// C = A B where A's rows lie further apart than its width: the Decompressed
-// prefill's GEMMs on a latent that is a slice of a packed (B, S, R + Dr)
-// array. BLAS takes such an A as it lies (its row stride is the leading
+// GEMMs on matrices whose rows lie further apart than their width: the
+// Decompressed prefill's GEMMs on a latent that is a slice of a packed
+// (B, S, R + Dr) array, and attention by GEMMs on one head's slice of
+// (B, T, H, D) tensors. BLAS takes such an A as it lies (its row stride is the leading
 // dimension), but Kokkos Kernels reaches BLAS only through gap-free
 // LayoutRight or LayoutLeft views, and Kokkos makes no padded LayoutRight
 // view of a slice. So this calls the BLAS itself where it knows one: cuBLAS
@@ -63,6 +64,59 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
     using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
     gemm(exec, StridedMatrix(a, Kokkos::LayoutStride(rows, lda, inner, 1)), ConstMatrix(b, inner, cols),
          Matrix(c, rows, cols));
+  }
+}
+
+/// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
+/// transpose_b, a_h b_h^T (b_h cols x inner), on exec (float or double; exact
+/// products): a_h is rows x inner and c_h rows x cols, each head's matrix
+/// row-major with its own row stride (HeadMatrices), as one head's slice of a
+/// (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host BLAS call
+/// per head where Kokkos Kernels has its BLAS TPL; else Kokkos Kernels' GEMM
+/// per head on LayoutStride views.
+template <class ExecSpace, class Scalar>
+void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
+                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
+                HeadMatrices<Scalar> c) {
+  using Memory = typename ExecSpace::memory_space;
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  if (rows == 1) {  // one row's stride means nothing, but BLAS checks it against the row's width
+    a.ld = inner;
+    c.ld = cols;
+  }
+#if KOKKOSMLA_ENABLE_CUBLAS
+  constexpr bool cublas = is_cuda_space<ExecSpace>();
+#else
+  constexpr bool cublas = false;
+#endif
+#ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
+  constexpr bool host_blas = is_host_space<ExecSpace>();
+#else
+  constexpr bool host_blas = false;
+#endif
+  if constexpr (cublas) {
+#if KOKKOSMLA_ENABLE_CUBLAS
+    tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, FloatGemm::Fp32);
+#endif
+  } else if constexpr (host_blas) {
+#ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
+    require_int_head_gemm_extents({rows, cols, inner, a.ld, b.ld, c.ld});
+    exec.fence();  // BLAS runs on this thread, after what exec was given before
+    // Row-major c = a op(b) is column-major c^T = op(b)^T a^T.
+    for (std::int64_t h = 0; h < heads; ++h)
+      KokkosBlas::Impl::HostBlas<Scalar>::gemm(transpose_b ? 'T' : 'N', 'N', int(cols), int(rows), int(inner),
+                                               Scalar(1), b.data + h * b.step, int(b.ld), a.data + h * a.step,
+                                               int(a.ld), Scalar(0), c.data + h * c.step, int(c.ld));
+#endif
+  } else {
+    using Strided = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
+    using Out = Kokkos::View<Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
+    for (std::int64_t h = 0; h < heads; ++h) {
+      const Strided bh = transpose_b ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
+                                     : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
+      gemm(exec, Strided(a.data + h * a.step, Kokkos::LayoutStride(rows, a.ld, inner, 1)), bh,
+           Out(c.data + h * c.step, Kokkos::LayoutStride(rows, c.ld, cols, 1)), transpose_b ? "T" : "N");
+    }
   }
 }
 

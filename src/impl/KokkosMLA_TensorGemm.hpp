@@ -11,6 +11,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -56,6 +57,14 @@ inline void require_int_gemm_extents(std::int64_t cols, std::int64_t inner, std:
                                 ", inner " + std::to_string(inner) + ", lda " + std::to_string(lda));
 }
 
+/// BLAS takes int extents: throws std::invalid_argument unless every extent
+/// and leading dimension of a per-head GEMM (gemm_heads) fits one.
+inline void require_int_head_gemm_extents(std::initializer_list<std::int64_t> extents) {
+  for (std::int64_t x : extents)
+    if (x > INT_MAX)
+      throw std::invalid_argument("KokkosMLA: per-head GEMM extent beyond int: " + std::to_string(x));
+}
+
 /// Calls gemm(r0, m) for the rows r0 .. r0 + m - 1 of a row-major GEMM of
 /// `rows` rows, in pieces whose row count m fits an int.
 template <class Gemm>
@@ -63,6 +72,14 @@ void for_int_row_pieces(std::int64_t rows, Gemm&& gemm) {
   const std::int64_t piece = INT_MAX / 2;
   for (std::int64_t r0 = 0; r0 < rows; r0 += piece) gemm(r0, int(rows - r0 < piece ? rows - r0 : piece));
 }
+
+/// A row-major matrix of each head: head h's starts at data + h * step, its
+/// rows ld elements apart.
+template <class T>
+struct HeadMatrices {
+  T* data;
+  std::int64_t ld, step;
+};
 
 }  // namespace Impl
 }  // namespace KokkosMLA
@@ -80,18 +97,10 @@ template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
                  const T* a, std::int64_t lda, const T* b, T* c, FloatGemm float_gemm = FloatGemm::Tf32);
 
-/// A row-major matrix of each head: head h's starts at data + h * step, its
-/// rows ld elements apart.
-template <class T>
-struct HeadMatrices {
-  T* data;
-  std::int64_t ld, step;
-};
-
 /// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
 /// transpose_b, a_h b_h^T (b_h cols x inner); a_h is rows x inner and c_h
 /// rows x cols. One batched cuBLAS call on exec's stream, fp32 accumulation
-/// (float T: as float_gemm says).
+/// (float T: as float_gemm says; double: fp64).
 template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,

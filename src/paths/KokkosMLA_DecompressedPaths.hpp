@@ -3,16 +3,19 @@
 // Decompressed prefill: K = latent W_uk and V = latent W_uv as one GEMM each
 // (cuBLAS, the host BLAS of Kokkos Kernels' TPL, or Kokkos Kernels' own
 // GEMM: gemm_strided_rows) into the workspace,
-// then flash attention per (batch, head, query tile). Three paths differ in
-// the flash kernel: on hosts the one written for a core's vector unit; on
-// GPUs the register-blocked one where its tile fits and is well used; else
-// the portable one (any backend, any team size).
+// then the attention. Four paths differ in how: on CUDA by GEMMs (float and
+// double); else by a flash kernel per (batch, head, query tile): on hosts the
+// one written for a core's vector unit; on GPUs the register-blocked one
+// where its tile fits and is well used; else the portable one (any backend,
+// any team size).
 
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_FlashHostKernel.hpp"
+#include "impl/KokkosMLA_RowSoftmaxKernel.hpp"
 #include "impl/KokkosMLA_StridedGemm.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
+#include <algorithm>
 #include <sstream>
 
 namespace KokkosMLA {
@@ -147,6 +150,88 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
   }
 
   FlashChoice choice_;
+};
+
+/// Attention by GEMMs: per batch element and block of query rows, the scores
+/// S = Q K^T of every head by one batched GEMM into the workspace, the
+/// softmax in place (RowSoftmaxKernel), then out = P V by a second one. The
+/// FLOPs run at the GEMM library's rate, which in exact fp32 and fp64 is
+/// twice what the flash kernels reach on a GPU, for one write and one read
+/// of the scores. Taken by default for float and double on CUDA (cuBLAS);
+/// elsewhere when forced (Options::path), which tests it on every backend.
+template <class Scalar, class ExecSpace>
+class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace> {
+  using Base = DecompressedPrefill<Scalar, ExecSpace>;
+
+ public:
+  /// Queries from which the path is taken by default: below it one launch
+  /// of the flash kernel costs less than three per block.
+  static constexpr std::int64_t kMinQueries = 128;
+  static bool applicable(const PrefillProblem& p) {
+    if (p.wanted != Algorithm::Decompressed) return false;
+#if KOKKOSMLA_ENABLE_CUBLAS
+    if (is_cuda_space<ExecSpace>() && p.shape.queries >= kMinQueries) return true;
+#endif
+    return p.options.path.has_value();  // asked for by name (visit_if_applicable has checked which)
+  }
+
+  DecompressedGemmPath(const ExecSpace&, const PrefillProblem& p)
+      : Base(p),
+        block_(block_rows(p.shape)),
+        scores_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
+            "KokkosMLA::Plan::scores", block_ * p.shape.heads * p.shape.keys)) {}
+  static constexpr Path id = Path::DecompressedGemm;
+  Path path() const override { return id; }
+  std::size_t workspace_bytes() const override {
+    return Base::workspace_bytes() + scores_.span() * sizeof(Scalar);
+  }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "team_size=" << this->problem_.backend.team_size << " query_block=" << block_
+      << " attention=gemms scores=" << scores_.span() * sizeof(Scalar) << "B";
+    return o.str();
+  }
+  void run(const ExecSpace& exec, const typename Base::Call& c) const override {
+    const Shape& s = this->problem_.shape;
+    const Scalar* k = this->decompress(exec, c);
+    const Scalar* v = k + kv_elements(s);
+    const std::int64_t width = s.heads * s.head_dim;  // K, V and out rows: (H, D) each
+    const auto q = head_rows(c.q);
+    Scalar* const scores = scores_.data();
+    for (std::int64_t b = 0; b < s.batch; ++b)
+      for (std::int64_t t0 = 0; t0 < s.queries; t0 += block_) {
+        const std::int64_t rows = std::min(block_, s.queries - t0);
+        // Causal: the block's last query sees keys up to S - T + t0 + rows - 1.
+        const std::int64_t columns =
+            this->problem_.options.causal ? std::min(s.keys, s.keys - s.queries + t0 + rows) : s.keys;
+        const HeadMatrices<Scalar> p{scores, columns, rows * columns};
+        gemm_heads(exec, s.heads, rows, columns, s.head_dim,
+                   HeadMatrices<const Scalar>{q.at(b * s.queries + t0, 0), q.row, q.head},
+                   HeadMatrices<const Scalar>{k + b * s.keys * width, width, s.head_dim}, true, p);
+        launch(exec, "KokkosMLA::Decompressed::softmax",
+               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, columns, rows, t0, b, s.queries,
+                                                   s.keys, s.heads, Scalar(this->problem_.scale),
+                                                   this->problem_.options.causal},
+               this->problem_.backend.team_size, 0);
+        gemm_heads(exec, s.heads, rows, s.head_dim, columns, HeadMatrices<const Scalar>{p.data, p.ld, p.step},
+                   HeadMatrices<const Scalar>{v + b * s.keys * width, width, s.head_dim}, false,
+                   HeadMatrices<Scalar>{c.out.data() + (b * s.queries + t0) * width, width, s.head_dim});
+      }
+  }
+
+ private:
+  /// Query rows per block: enough that every head's block fills a GPU
+  /// (rows x heads about 16K, 128 tiles of 128 x 128 for P V), within a
+  /// workspace of 64M scores. A causal block also computes the hidden half of
+  /// its diagonal tile: a fraction rows / T more products.
+  static std::int64_t block_rows(const Shape& s) {
+    constexpr std::int64_t kRowsTimesHeads = 16384, kScores = std::int64_t(1) << 26;
+    const std::int64_t rows = std::min(kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
+    return std::max<std::int64_t>(1, std::min(rows, s.queries));
+  }
+
+  std::int64_t block_;
+  Kokkos::View<Scalar*, typename ExecSpace::memory_space> scores_;
 };
 
 /// The host flash kernel (launched as every host kernel: launch_on_host).
