@@ -177,7 +177,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
 
   DecompressedGemmPath(const ExecSpace&, const PrefillProblem& p)
       : Base(p),
-        block_(block_rows(p.shape)),
+        block_(block_rows(p.shape, p.backend)),
         scores_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
             "KokkosMLA::Plan::scores", block_ * p.shape.heads * p.shape.keys)) {}
   static constexpr Path id = Path::DecompressedGemm;
@@ -220,13 +220,14 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   }
 
  private:
-  /// Query rows per block: enough that every head's block fills a GPU
-  /// (rows x heads about 16K, 128 tiles of 128 x 128 for P V), within a
-  /// workspace of 64M scores. A causal block also computes the hidden half of
-  /// its diagonal tile: a fraction rows / T more products.
-  static std::int64_t block_rows(const Shape& s) {
-    constexpr std::int64_t kRowsTimesHeads = 16384, kScores = std::int64_t(1) << 26;
-    const std::int64_t rows = std::min(kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
+  /// Query rows per block. A causal block also computes the hidden half of
+  /// its diagonal tile, a fraction rows / T more products, so blocks are as
+  /// small as keeps the GEMMs efficient: on a GPU, enough that all heads'
+  /// blocks fill it (rows x heads about 16K, 128 tiles of 128 x 128 for P V);
+  /// on a host, 128 rows a head. At most 64M scores in the workspace.
+  static std::int64_t block_rows(const Shape& s, const Backend& be) {
+    constexpr std::int64_t kRowsTimesHeads = 16384, kHostRows = 128, kScores = std::int64_t(1) << 26;
+    const std::int64_t rows = std::min(be.host ? kHostRows : kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
     return std::max<std::int64_t>(1, std::min(rows, s.queries));
   }
 
