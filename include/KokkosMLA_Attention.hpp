@@ -28,6 +28,9 @@ struct ViewTypes {
   /// row (reads_latent_in_place); every prefill path reads it by rows.
   using Latent = Kokkos::View<const Scalar***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using Rank4 = Kokkos::View<Scalar****, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  /// The output (B, T, H, D): rows (b, t) evenly spaced, unit stride within
+  /// a head (reads_rows_in_place); every prefill path writes it by rows.
+  using Output = Kokkos::View<Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
 };
 
 /// The views of one prefill call, as a path runs it; lse may be null.
@@ -37,7 +40,7 @@ struct PrefillViews {
   typename Types::Queries q;
   typename Types::Latent latent;
   typename Types::ConstRank3 w_uk, w_uv;
-  typename Types::Rank4 out;
+  typename Types::Output out;
   compute_type<Scalar>* lse = nullptr;
 };
 
@@ -284,6 +287,17 @@ Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memo
   return row_major(exec, v, true, kept, slot);
 }
 
+/// A (B, T, H, D) output view as the prefill kernels write it: v itself
+/// where they can (reads_rows_in_place), else a row-major buffer in slot
+/// `slot` of kept, which the caller copies into v after the kernels.
+template <class ExecSpace, class V>
+Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_space> output_rows(
+    const ExecSpace& exec, const V& v, const CopyBuffers<typename V::memory_space>* kept, int slot) {
+  static_assert(int(V::rank) == 4, "a (B, T, H, D) view");
+  if (reads_rows_in_place(v)) return v;
+  return row_major(exec, v, false, kept, slot);
+}
+
 }  // namespace Impl
 
 /// The algorithm a Plan<Scalar, ExecSpace> uses for this problem: opt.algorithm,
@@ -370,16 +384,16 @@ class Plan {
             typename views::Latent(latent),
             typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
             typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-            typename views::Rank4(out.data(), out.extent(0), out.extent(1), out.extent(2), out.extent(3)),
-            lse};
+            typename views::Output(out), lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
 
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
   /// reads_in_place, the latent where it lies when reads_latent_in_place,
-  /// the others where they are row-major without gaps; else copies in the
-  /// plan's copy buffers (outputs copied back).
+  /// out where it lies when reads_rows_in_place, the others where they are
+  /// row-major without gaps; else copies in the plan's copy buffers (outputs
+  /// copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
@@ -387,7 +401,7 @@ class Plan {
     const typename views::Latent latent_rows = Impl::rows_view(exec, latent, &copies_, 1);
     const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
     const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
-    const auto out_rows = Impl::row_major(exec, out, false, &copies_, 4);
+    const auto out_rows = Impl::output_rows(exec, out, &copies_, 4);
     if constexpr (std::is_same<LS, NoLse>::value) {
       run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, nullptr));
     } else {

@@ -122,7 +122,7 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   const auto q_rope = Impl::rows_view(exec, a.q_rope, &copies_, 1);
   const auto w_uk = row_major(exec, a.w_uk, true, &copies_, 2);
   const auto w_uv = row_major(exec, a.w_uv, true, &copies_, 3);
-  const auto out = row_major(exec, a.out, false, &copies_, 4);
+  const auto out = Impl::output_rows(exec, a.out, &copies_, 4);
   const auto lse = row_major(exec, a.lse, false, &copies_, 5);
   CacheArguments<Scalar, memory_space, Kokkos::LayoutStride> r;
   r.q = q;
@@ -155,7 +155,7 @@ void CachePlan<Scalar, ExecSpace>::run(
     path_->run(exec, r);
   }
   if (a.sinks.size() > 0)
-    add_sinks(exec, r.out.data(), r.lse.data(), a.sinks.data(),
+    add_sinks(exec, head_rows(r.out), r.lse.data(), a.sinks.data(),
               std::int64_t(r.out.extent(0) * r.out.extent(1) * r.out.extent(2)), shape_.heads,
               shape_.head_dim);
 }

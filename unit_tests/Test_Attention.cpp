@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <map>
+#include <memory>
 
 namespace KokkosMLA {
 namespace Test {
@@ -391,6 +392,53 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
   });
 }
 
+// out as 16-byte aligned columns of a wider array (a slice of an
+// application's larger buffer) is written where it lies by every prefill path
+// this backend has: nothing allocated for it, the contiguous out's bits, and
+// the gaps between its rows untouched. A LayoutLeft out goes through a buffer
+// the plan makes once and keeps.
+TYPED_TEST(AttentionTyped, AlignedOutputSlicesAreWrittenInPlace) {
+  using T = TypeParam;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 31);
+  const auto slice = in_layout(p.out, Layout::Aligned), left = in_layout(p.out, Layout::Left);
+  EXPECT_TRUE(Impl::reads_rows_in_place(slice));
+  EXPECT_FALSE(Impl::reads_rows_in_place(left));
+  const std::size_t gaps = count_in_reach(slice, T(-7));
+  int paths = 0;
+  for (Path path : {Path::Fused, Path::Absorbed, Path::DecompressedHost, Path::DecompressedGemm,
+                    Path::DecompressedBlocked, Path::DecompressedPortable}) {
+    SCOPED_TRACE(to_string(path));
+    Options opt;
+    opt.path = path;
+    std::unique_ptr<Plan<T, Space>> plan;
+    try {
+      plan = std::make_unique<Plan<T, Space>>(Space(), s, opt);
+    } catch (const std::invalid_argument&) {
+      continue;  // not a path of this backend
+    }
+    ++paths;
+    plan->execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+    const std::vector<double> want = Problem<T>::host_copy(p.out);
+    auto copies_writing_into = [&](const auto& out) {
+      Problem<T>::poison(out);
+      Recorder r;
+      {
+        Recording recording(r);
+        plan->execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, out);
+        Space().fence();
+      }
+      EXPECT_EQ(row_values(out), want);
+      return allocations_named(r, "KokkosMLA::layout_copies");
+    };
+    EXPECT_EQ(copies_writing_into(slice), 0u);
+    EXPECT_EQ(count_in_reach(slice, T(-7)), gaps) << "a gap was written";
+    EXPECT_EQ(copies_writing_into(left), 1u);
+    EXPECT_EQ(copies_writing_into(left), 0u) << "the plan keeps its copy buffer";
+  }
+  EXPECT_GE(paths, 4);
+}
+
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
   const Shape s{2, 33, 33, 4, 8, 24};
   for (Algorithm a : kAlgorithms) {
@@ -426,7 +474,7 @@ void check_blocked_layout(const Impl::FlashGrid& grid, int launch_threads, const
   Kernel f{Impl::packed_rows<const double>(q.data(), H, D),
            k.data(),
            v.data(),
-           out.data(),
+           Impl::packed_rows(out.data(), H, D),
            lse.data(),
            B,
            T,

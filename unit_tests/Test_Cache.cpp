@@ -1035,6 +1035,57 @@ TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
     }
 }
 
+// out as 16-byte aligned columns of a wider array is written where it lies
+// by every cache path this backend has, over paged and contiguous caches,
+// with sinks or not, split or not: nothing allocated for it, the contiguous
+// out's bits, the gaps between its rows untouched.
+TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
+  using T = TypeParam;
+  const std::vector<CacheCase> cases = {
+      {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},  // paged, RoPE, Tq = 2
+      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},      // packed, contiguous, an idle slot
+  };
+  std::uint64_t seed = 970;
+  int runs = 0;
+  for (const CacheCase& c : cases)
+    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+      for (int splits : {1, 3})
+        for (bool sinks : {false, true}) {
+          SCOPED_TRACE(describe(c) + " " + to_string(path) + " splits " + std::to_string(splits) +
+                       (sinks ? " sinks" : ""));
+          const Logical l(c, ++seed);
+          const DeviceCache<T> dc(l, seed);
+          CacheArguments<T> a = arguments(l, dc);
+          if (sinks) a.sinks = device_sinks<T>(std::vector<double>(std::size_t(c.heads), 0.25));
+          Options opt;
+          opt.kv_splits = splits;
+          opt.path = path;
+          std::unique_ptr<CachePlan<T>> plan;
+          try {
+            plan = std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
+          } catch (const std::invalid_argument&) {
+            continue;  // not a path of this backend
+          }
+          ++runs;
+          plan->execute(Space(), a);
+          const std::vector<double> want = Problem<T>::host_copy(a.out);
+          auto s = Impl::strided(a);
+          s.out = in_layout(a.out, Layout::Aligned);
+          const std::size_t gaps = count_in_reach(s.out, T(-7));
+          Problem<T>::poison(s.out);
+          Recorder r;
+          {
+            Recording recording(r);
+            plan->execute(Space(), s);
+            Space().fence();
+          }
+          EXPECT_EQ(row_values(s.out), want);
+          EXPECT_EQ(count_in_reach(s.out, T(-7)), gaps) << "a gap was written";
+          EXPECT_EQ(allocations_named(r, "KokkosMLA::layout_copies"), 0u);
+        }
+  EXPECT_GE(runs, 16);
+}
+
 // Query-side views of every layout (LayoutLeft copies, slices of wider
 // arrays with odd padding in every dimension, unit stride in the last) give
 // the contiguous row-major result bit for bit, through CachePlan::execute,
@@ -1420,7 +1471,8 @@ void expect_within_framework_error(const Logical& l, const Arguments& a, const O
 /// stored as `storage`; FP8: against its dequantised values): out and lse
 /// within twice the error of the modelled 16-bit framework, and the same bits
 /// from q and q_rope as 16-byte aligned columns of wider arrays (read where
-/// they lie, as slices of one query projection are). Returns the plan's path.
+/// they lie, as slices of one query projection are) and into out as such
+/// columns (written where it lies). Returns the plan's path.
 template <class ExecSpace, class T>
 Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed,
                            CacheStorage storage = CacheStorage::Native) {
@@ -1440,6 +1492,14 @@ Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t
   plan.execute(ExecSpace(), sliced);
   EXPECT_EQ(Problem<T>::host_copy(a.out), out) << "q sliced: " << plan.describe();
   EXPECT_EQ(Problem<T>::host_copy(a.lse), lse) << "q sliced: " << plan.describe();
+  // And into out as 16-byte aligned columns of a wider array, written where it lies.
+  sliced.out = in_layout(a.out, Layout::Aligned);
+  EXPECT_TRUE(Impl::reads_rows_in_place(sliced.out));
+  const std::size_t gaps = count_in_reach(sliced.out, T(-7));
+  Problem<T>::poison(sliced.out);
+  plan.execute(ExecSpace(), sliced);
+  EXPECT_EQ(row_values(sliced.out), out) << "out sliced: " << plan.describe();
+  EXPECT_EQ(count_in_reach(sliced.out, T(-7)), gaps) << "out sliced: " << plan.describe();
   return plan.path();
 }
 

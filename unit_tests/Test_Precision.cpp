@@ -55,6 +55,14 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   Problem<T>::poison(out);
   plan.execute(ExecSpace(), q, latent_slice, w_uk, w_uv, out, lse);
   EXPECT_EQ(Problem<T>::host_copy(out), r.out) << "latent sliced: " << r.plan;
+  // And into out as 16-byte aligned columns of a wider array, written where it lies, its gaps untouched.
+  const auto out_slice = in_layout(out, Layout::Aligned);
+  EXPECT_TRUE(Impl::reads_rows_in_place(out_slice));
+  const std::size_t gaps = count_in_reach(out_slice, T(-7));
+  Problem<T>::poison(out_slice);
+  plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out_slice, lse);
+  EXPECT_EQ(row_values(out_slice), r.out) << "out sliced: " << r.plan;
+  EXPECT_EQ(count_in_reach(out_slice, T(-7)), gaps) << "out sliced: " << r.plan;
   return r;
 }
 

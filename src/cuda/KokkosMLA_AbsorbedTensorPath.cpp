@@ -84,11 +84,12 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   // attention's products), TF32 ones under allow_tf32.
   const FloatGemm float_gemm = float_gemm_for<Scalar>(problem_.options);
   tensor_gemm_heads<Scalar>(
-      exec, H, rows, R, D, Const{a.q.data(), std::int64_t(head_rows(a.q).row), std::int64_t(a.q.stride(2))},
+      exec, H, rows, R, D, Const{a.q.data(), head_rows(a.q).row, head_rows(a.q).head},
       Const{a.w_uk.data(), H * D, D}, true, HeadMatrices<Scalar>{qa, H * R, R}, float_gemm);
   attend_absorbed(exec, a, qa);
+  const HeadRows<Scalar> out = head_rows(a.out);
   tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{a.w_uv.data(), H * D, D}, false,
-                            HeadMatrices<Scalar>{a.out.data(), H * D, D}, float_gemm);
+                            HeadMatrices<Scalar>{out.ptr, out.row, out.head}, float_gemm);
 }
 
 template <class Scalar, class ExecSpace>

@@ -72,7 +72,7 @@ struct FlashBlockedKernel {
   HeadRows<const T> q;  // (B, T, H, D)
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
-  T* out;               // (B, T, H, D)
+  HeadRows<T> out;      // (B, T, H, D)
   T* lse;               // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashGrid grid;
@@ -290,7 +290,7 @@ struct FlashBlockedKernel {
       T sum = 0;
       for (int c = 0; c < l.tc; ++c) sum += red[row[m] * l.tc + c];
       const std::int64_t t = b * queries + t0 + row[m];  // token index over the batch
-      T* const out_row = out + (t * heads + h) * dim;
+      T* const out_row = out.at(t, h);
       for (int g = 0; g < G; ++g) {
         if (g >= groups) break;
         const int c0 = 4 * (tc + g * l.tc);

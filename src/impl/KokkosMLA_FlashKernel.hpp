@@ -25,7 +25,7 @@ struct FlashAttentionKernel {
   HeadRows<const T> q;  // (B, T, H, D)
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
-  T* out;               // (B, T, H, D)
+  HeadRows<T> out;      // (B, T, H, D)
   T* lse;               // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashTiles tiles;
@@ -101,8 +101,7 @@ struct FlashAttentionKernel {
       const std::int64_t h_count = heads;
       softmax_log_sum_exp(team, rows, st, [=](int i) -> T& { return lse_rows[i * h_count]; });
     }
-    team_copy(team, rows, d, Mat<const T>{os.ptr, os.ld},
-              Mat<T>{out + ((b * queries + t0) * heads + h) * dim, row_stride});
+    team_copy(team, rows, d, Mat<const T>{os.ptr, os.ld}, Mat<T>{out.at(b * queries + t0, h), out.row});
   }
 };
 

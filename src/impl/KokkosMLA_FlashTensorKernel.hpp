@@ -45,7 +45,7 @@ struct FlashOperands {
   HeadRows<const T> q;  // (B, T, H, D)
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
-  T* out;               // (B, T, H, D)
+  HeadRows<T> out;      // (B, T, H, D)
   float* lse;           // (B, T, H), or null when not asked for
   std::int64_t batch, queries, keys, heads;
   float scale;
@@ -258,7 +258,6 @@ struct FlashTensorKernel : FlashOperands<T, D> {
   /// Normalises and writes this lane's outputs of rows row0 and row0 + 8, and lse.
   __device__ void finish(const float (&o)[kOutTiles][4], const float (&m)[2], float (&l)[2], std::int64_t b,
                          std::int64_t h, std::int64_t row0, int t) const {
-    auto* oh = reinterpret_cast<Element*>(out) + (b * queries * heads + h) * D;
     KOKKOSMLA_UNROLL
     for (int r = 0; r < 2; ++r) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -268,7 +267,8 @@ struct FlashTensorKernel : FlashOperands<T, D> {
       const float inv = 1.f / l[r];
       KOKKOSMLA_UNROLL
       for (int n = 0; n < kOutTiles; ++n)
-        Ops::store(oh + row * heads * D + n * 8 + 2 * t, o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
+        Ops::store(reinterpret_cast<Element*>(out.at(b * queries + row, h)) + n * 8 + 2 * t, o[n][2 * r] * inv,
+                   o[n][2 * r + 1] * inv);
       if (lse && t == 0) lse[(b * queries + row) * heads + h] = m[r] * 0.6931471805599453f + logf(l[r]);
     }
   }

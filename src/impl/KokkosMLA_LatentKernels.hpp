@@ -133,7 +133,7 @@ struct LatentKernel {
   LatentKeys<T> cache;
   const T* w_uk = nullptr;  // (R, H, D)
   const T* w_uv = nullptr;  // (R, H, D)
-  T* out = nullptr;         // (B, T, H, D)
+  HeadRows<T> out;          // (B, T, H, D)
   T* lse = nullptr;         // (B, T, H), or null when not asked for
   // Absorbed: (B, T, H, R), qa after Absorb, oa after Attend (in place).
   // Merge: (B, T, H, R), the merged oa.

@@ -5,6 +5,7 @@
 // writes it (which makes in-place accumulation safe). Attention sinks are the
 // same merge with a part that has no value.
 
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_OnlineSoftmax.hpp"
 
 #include <cstdint>
@@ -51,9 +52,9 @@ struct MergeKernel {
 /// log(exp(lse) + exp(sink)). A row with no key (lse +inf) keeps out 0, lse +inf.
 template <class T, class C>
 struct SinkKernel {
-  T* out;          // (rows, dim)
-  C* lse;          // (rows)
-  const C* sinks;  // (heads); row r is head r % heads
+  HeadRows<T> out;  // (tokens, heads, dim)
+  C* lse;           // (rows = tokens x heads)
+  const C* sinks;   // (heads); row r is head r % heads
   std::int64_t heads, dim;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t row) const {
@@ -66,14 +67,15 @@ struct SinkKernel {
     const C w = merge.add(l);
     merge.add(sink);
     const C kept = merge.share(w);
-    for (std::int64_t j = 0; j < dim; ++j) out[row * dim + j] = T(C(out[row * dim + j]) * kept);
+    T* const o = out.at(row / heads, row % heads);
+    for (std::int64_t j = 0; j < dim; ++j) o[j] = T(C(o[j]) * kept);
     lse[row] = merge.lse();
   }
 };
 
 template <class ExecSpace, class T, class C>
-void add_sinks(const ExecSpace& exec, T* out, C* lse, const C* sinks, std::int64_t rows, std::int64_t heads,
-               std::int64_t dim) {
+void add_sinks(const ExecSpace& exec, HeadRows<T> out, C* lse, const C* sinks, std::int64_t rows,
+               std::int64_t heads, std::int64_t dim) {
   Kokkos::parallel_for("KokkosMLA::CacheAttention::sinks",
                        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows),
                        SinkKernel<T, C>{out, lse, sinks, heads, dim});

@@ -24,7 +24,7 @@ struct ProjectHostKernel {
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   HeadRows<const T> from;  // (rows, heads, in_width)
-  T* to = nullptr;         // (rows, heads, out_width)
+  HeadRows<T> to;          // (rows, heads, out_width)
   const T* w = nullptr;    // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   T alpha = 1;
@@ -43,9 +43,8 @@ struct ProjectHostKernel {
     ScratchView scratch(team.team_scratch(scratch_level), f.scratch_elements());
     const typename Flash::Tiles t = f.tiles(scratch.data());
     f.start(t);
-    const std::int64_t out_width = Absorb ? rank : dim;
     auto in = [&](int i) { return from.at(r0 + i, h); };
-    auto out = [&](int i) { return to + ((r0 + i) * heads + h) * out_width; };
+    auto out = [&](int i) { return to.at(r0 + i, h); };
     const T* weight_rows[Flash::kKeys];
     if (Absorb) {
       for (int i = 0; i < n_rows; ++i) f.put_query(t, i, in(i), 0, d, alpha);

@@ -32,7 +32,7 @@ struct ProjectKernel {
   using bounds = Kokkos::LaunchBounds<>;
 
   HeadRows<const T> from;  // (rows, heads, in_width)
-  T* to = nullptr;         // (rows, heads, out_width)
+  HeadRows<T> to;          // (rows, heads, out_width)
   const T* w = nullptr;    // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   ProjectTiles tiles;
@@ -93,7 +93,7 @@ struct ProjectKernel {
       }
     }
     team_copy(team, m, n, Mat<const T>{c.ptr, c.ld},
-              Mat<T>{to + (r0 * heads + h) * out_width() + c0, heads * out_width()});
+              Mat<T>{to.at(r0, h) + c0, to.row});
   }
 };
 

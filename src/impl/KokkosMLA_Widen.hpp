@@ -33,6 +33,27 @@ struct ConvertRowsKernel {
   }
 };
 
+/// A row-major (rows, heads, width) `from` into rows (r, h) of `to` (HeadRows).
+template <class From, class To>
+struct ConvertIntoRowsKernel {
+  const From* from;
+  HeadRows<To> to;
+  std::int64_t heads, width;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t c = i % width, h = (i / width) % heads, r = i / (width * heads);
+    to.at(r, h)[c] = static_cast<To>(static_cast<float>(from[i]));
+  }
+};
+
+/// Rows (r, h) of `to` = the row-major (rows, heads, width) `from`, rounded to To, on exec.
+template <class ExecSpace, class From, class To>
+void convert_into_rows(const ExecSpace& exec, const char* label, const From* from, HeadRows<To> to,
+                       std::int64_t rows, std::int64_t heads, std::int64_t width) {
+  Kokkos::parallel_for(label,
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
+                       ConvertIntoRowsKernel<From, To>{from, to, heads, width});
+}
+
 /// to[i] = from[i] for i < n, rounded to To, on exec.
 template <class ExecSpace, class From, class To>
 void convert(const ExecSpace& exec, const char* label, const From* from, To* to, std::int64_t n) {

@@ -119,7 +119,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.q_rope = head_rows(a.q_rope);
     k.w_uk = a.w_uk.data();
     k.w_uv = a.w_uv.data();
-    k.out = a.out.data();
+    k.out = head_rows(a.out);
     k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
     k.workspace = workspace_.data();
     k.parts = workspace_.data() + parts_at_;
@@ -145,14 +145,14 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   template <class Attend>
   void absorb_attend_project(const ExecSpace& exec, const Call& a, Attend attend) const {
     Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
-    project<true>(exec, "KokkosMLA::CacheAttention::absorb", head_rows(a.q), qa, a.w_uk.data(),
-                  Scalar(problem_.scale));
+    const CacheShape& s = problem_.shape;
+    project<true>(exec, "KokkosMLA::CacheAttention::absorb", head_rows(a.q), packed_rows(qa, s.heads, s.latent_dim),
+                  a.w_uk.data(), Scalar(problem_.scale));
     attend();
     if (splits_ > 1)
       launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bound<LatentStep::Merge>(a), config_);
-    project<false>(exec, "KokkosMLA::CacheAttention::up_project",
-                   packed_rows<const Scalar>(qa, problem_.shape.heads, problem_.shape.latent_dim),
-                   a.out.data(), a.w_uv.data(), Scalar(1));
+    project<false>(exec, "KokkosMLA::CacheAttention::up_project", packed_rows<const Scalar>(qa, s.heads, s.latent_dim),
+                   head_rows(a.out), a.w_uv.data(), Scalar(1));
   }
 
   /// A projection kernel of the problem's extents (pointers unset).
@@ -168,7 +168,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   }
 
   template <bool Absorb>
-  void project(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, Scalar* to,
+  void project(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, HeadRows<Scalar> to,
                const Scalar* w, Scalar alpha) const {
     if constexpr (is_host_space<ExecSpace>()) {
       if (host_projections_) return project_on_host<Absorb>(exec, label, from, to, w, alpha);
@@ -185,7 +185,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   /// The projections on a host core's vector unit (ProjectHostKernel), one
   /// team per (head, block of rows).
   template <bool Absorb>
-  void project_on_host(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, Scalar* to,
+  void project_on_host(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, HeadRows<Scalar> to,
                        const Scalar* w, Scalar alpha) const {
     const CacheShape& s = problem_.shape;
     ProjectHostKernel<ExecSpace, Scalar, Absorb> k;

@@ -61,7 +61,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     return Kernel{head_rows(c.q),
                   k,
                   k + Impl::kv_elements(s),
-                  c.out.data(),
+                  head_rows(c.out),
                   c.lse,
                   s.batch,
                   s.queries,
@@ -195,8 +195,9 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
     const Shape& s = this->problem_.shape;
     const Scalar* k = this->decompress(exec, c);
     const Scalar* v = k + kv_elements(s);
-    const std::int64_t width = s.heads * s.head_dim;  // K, V and out rows: (H, D) each
+    const std::int64_t width = s.heads * s.head_dim;  // K and V rows: (H, D) each
     const auto q = head_rows(c.q);
+    const auto out = head_rows(c.out);
     Scalar* const scores = scores_.data();
     for (std::int64_t b = 0; b < s.batch; ++b)
       for (std::int64_t t0 = 0; t0 < s.queries; t0 += block_) {
@@ -215,7 +216,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
                this->problem_.backend.team_size, 0);
         gemm_heads(exec, s.heads, rows, s.head_dim, columns, HeadMatrices<const Scalar>{p.data, p.ld, p.step},
                    HeadMatrices<const Scalar>{v + b * s.keys * width, width, s.head_dim}, false,
-                   HeadMatrices<Scalar>{c.out.data() + (b * s.queries + t0) * width, width, s.head_dim});
+                   HeadMatrices<Scalar>{out.at(b * s.queries + t0, 0), out.row, out.head});
       }
   }
 

@@ -49,7 +49,7 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     k.cache.latent_ld = std::int64_t(latent_row_stride(c.latent));
     k.w_uk = c.w_uk.data();
     k.w_uv = c.w_uv.data();
-    k.out = c.out.data();
+    k.out = head_rows(c.out);
     k.lse = lse;
     k.workspace = workspace;
     return k;

@@ -82,7 +82,8 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
               c.lse, s.batch, s.queries, s.heads));
     else
       widened_.plan.execute(exec, qw, lw, kw, vw, ow);
-    convert(exec, "KokkosMLA::narrow", ow.data(), c.out.data(), std::int64_t(c.out.size()));
+    convert_into_rows(exec, "KokkosMLA::narrow", ow.data(), head_rows(c.out), s.batch * s.queries, s.heads,
+                      s.head_dim);
   }
 
  private:
@@ -181,7 +182,8 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
       f.w_uv = typename Inner::ConstRank3(widen(a.w_uv.data(), weights), s.latent_dim, s.heads, s.head_dim);
       f.out = typename Inner::Rank4(pieces.take(rows * s.head_dim), s.batch, s.queries, s.heads, s.head_dim);
       widened_.plan.execute(exec, f);
-      convert(exec, "KokkosMLA::narrow", f.out.data(), a.out.data(), rows * s.head_dim);
+      convert_into_rows(exec, "KokkosMLA::narrow", f.out.data(), head_rows(a.out), s.batch * s.queries, s.heads,
+                        s.head_dim);
     } else {
       f.q = a.q;
       f.q_rope = a.q_rope;

@@ -20,7 +20,7 @@ std::size_t scratch_bytes(std::int64_t d) {
 
 template <class T, int D>
 void launch_flash(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, HeadRows<const T> q,
-                  const T* k, T* out, float* lse) {
+                  const T* k, HeadRows<T> out, float* lse) {
   using Kernel = FlashSm90Kernel<T, D>;
   Kernel f{q, k, k + kv_elements(s), out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
   f.head_group = Kernel::head_group_for(s.keys);
@@ -63,9 +63,9 @@ void FlashSm90Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& c)
   const float scale = float(this->problem_.scale);
   const bool causal = this->problem_.options.causal;
   if (s.head_dim == 64)
-    launch_flash<Scalar, 64>(exec, s, scale, causal, head_rows(c.q), k, c.out.data(), c.lse);
+    launch_flash<Scalar, 64>(exec, s, scale, causal, head_rows(c.q), k, head_rows(c.out), c.lse);
   else
-    launch_flash<Scalar, 128>(exec, s, scale, causal, head_rows(c.q), k, c.out.data(), c.lse);
+    launch_flash<Scalar, 128>(exec, s, scale, causal, head_rows(c.q), k, head_rows(c.out), c.lse);
 }
 
 #if KOKKOSMLA_HAS_HALF

@@ -263,7 +263,6 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   /// Normalises and writes this thread's outputs of rows row and row + 8, and lse.
   __device__ void finish(const float (&o)[kChunks][32], const float (&m)[2], float (&l)[2],
                          const FlashTile& at, std::int64_t row, int t) const {
-    auto* oh = reinterpret_cast<Element*>(out) + (at.b * queries * heads + at.h) * D;
     KOKKOSMLA_UNROLL
     for (int r = 0; r < 2; ++r) {
       l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
@@ -274,7 +273,8 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
       for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<unsigned*>(oh + n * heads * D + 64 * c + 8 * j + 2 * t) =
+        *reinterpret_cast<unsigned*>(reinterpret_cast<Element*>(out.at(at.b * queries + n, at.h)) + 64 * c +
+                                     8 * j + 2 * t) =
             Ops::pack(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
       if (lse && t == 0) lse[(at.b * queries + n) * heads + at.h] = m[r] * 0.6931471805599453f + logf(l[r]);
     }
