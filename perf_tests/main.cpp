@@ -21,7 +21,8 @@
 // pass q (and q_rope) as slices of one (B, T, H, 192) query projection (read
 // in place), or q as a LayoutLeft view (copied per call), against the
 // contiguous rows of the same run; strided_q/bf16/<shape>/latent_slice the
-// latent as the leading 512 columns of a packed (B, S, 576) KV projection
+// latent as the leading 512 columns of a packed (B, S, 576) KV projection,
+// .../out_slice out as the leading 128 columns of a (B, T, H, 192) array
 // (strided_q/float/... on CUDA: the same for the Decompressed fp32 path).
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
@@ -398,19 +399,22 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
 }
 
 /// How a benchmark hands q (or the latent) to the library.
-enum class QueryLayout { Contiguous, Strided, Left, LatentSlice };
+enum class QueryLayout { Contiguous, Strided, Left, LatentSlice, OutSlice };
 inline const char* to_string(QueryLayout l) {
-  return l == QueryLayout::Contiguous ? "contiguous"
-         : l == QueryLayout::Strided  ? "strided"
-         : l == QueryLayout::Left     ? "left"
-                                      : "latent_slice";
+  return l == QueryLayout::Contiguous    ? "contiguous"
+         : l == QueryLayout::Strided     ? "strided"
+         : l == QueryLayout::Left        ? "left"
+         : l == QueryLayout::LatentSlice ? "latent_slice"
+                                         : "out_slice";
 }
 
 /// Prefill with q contiguous, the 128-wide part of DeepSeek's (B, T, H, 192)
 /// query projection (a LayoutStride slice, read in place; the rest would be
 /// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call);
 /// or (LatentSlice) with q contiguous and the latent the leading R columns of
-/// a packed (B, S, R + 64) KV projection (read in place); timed alike.
+/// a packed (B, S, R + 64) KV projection (read in place); or (OutSlice) out
+/// the leading D columns of a (B, T, H, D + 64) array (written in place);
+/// timed alike.
 template <class T>
 void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Inputs<T> in(s);
@@ -425,6 +429,9 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   const auto latent =
       Kokkos::subview(kv_projection, Kokkos::ALL, Kokkos::ALL, std::make_pair(0, int(s.latent_dim)));
   Kokkos::deep_copy(latent, v.latent);
+  Kokkos::View<T****, Kokkos::LayoutRight, Space> out_wide;
+  if (layout == QueryLayout::OutSlice)
+    out_wide = decltype(out_wide)("out_wide", s.batch, s.queries, s.heads, s.head_dim + 64);
   Kokkos::View<T****, Kokkos::LayoutLeft, Space> left;
   if (layout == QueryLayout::Left) {
     left = decltype(left)("q_left", s.batch, s.queries, s.heads, s.head_dim);
@@ -438,9 +445,16 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
     time_each_call(state, exec, [&] { plan.execute(exec, left, v.latent, v.w_uk, v.w_uv, v.out); });
   else if (layout == QueryLayout::LatentSlice)
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, latent, v.w_uk, v.w_uv, v.out); });
+  else if (layout == QueryLayout::OutSlice)
+    time_each_call(state, exec, [&] {
+      plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv,
+                   Kokkos::subview(out_wide, Kokkos::ALL, Kokkos::ALL, Kokkos::ALL,
+                                   std::make_pair(0, int(s.head_dim))));
+    });
   else
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv, v.out); });
   state.SetLabel((layout == QueryLayout::LatentSlice ? std::string("latent slice")
+                  : layout == QueryLayout::OutSlice  ? std::string("out slice")
                                                      : "q " + std::string(to_string(layout))) +
                  ", on " + to_string(plan.path()));
 }
@@ -450,7 +464,8 @@ void register_strided_q(const char* type) {
   for (const Shape& s : shapes()) {
     if (s.head_dim != 128 || s.queries != 4096) continue;
     for (QueryLayout layout :
-         {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left, QueryLayout::LatentSlice}) {
+         {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left, QueryLayout::LatentSlice,
+          QueryLayout::OutSlice}) {
       const std::string name =
           std::string("strided_q/") + type + "/" + shape_name(s) + "/" + to_string(layout);
       benchmark::RegisterBenchmark(name.c_str(),
