@@ -282,7 +282,7 @@ TYPED_TEST(HalfPrecision, TensorKernelGroupingChangesNothing) {
     Kernel f{Impl::packed_rows<const T>(p.q.data(), s.heads, s.head_dim),
              k.data(),
              v.data(),
-             p.out.data(),
+             Impl::packed_rows(p.out.data(), s.heads, s.head_dim),
              nullptr,
              s.batch,
              s.queries,
