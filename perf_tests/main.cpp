@@ -34,8 +34,10 @@
 // times its kernel: FLOPs and bytes by FlashMLA's formulas.
 // bf16/<shape>/FlashTensorSm80 and fp16/... (builds with sm_90a code) force
 // the mma.sync prefill, for an A/B against the Hopper path Auto takes;
-// float/<shape>/DecompressedBlocked and double/<shape>/{Auto,DecompressedBlocked}
-// (CUDA) the blocked flash kernel against attention by GEMMs.
+// float/<shape>/DecompressedBlocked (CUDA) the blocked flash kernel against
+// attention by GEMMs, which Auto takes there, and double/<shape>/Auto the
+// latter in double; on hosts float/<shape>/DecompressedHost and
+// .../DecompressedGemm the host flash kernel against attention by GEMMs.
 // decode_registers/float/... (CUDA) runs the float decode on the
 // CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
 // decode/tf32/... and decode/fp32emu/... run the float decode with
@@ -767,15 +769,18 @@ int main(int argc, char** argv) {
         &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
     KokkosMLA::Bench::register_decode_graph<float>("float");
     // The flash kernel that attention by GEMMs (DecompressedGemm, Auto's
-    // path for these shapes) replaced, beside it; and the same in double.
+    // path for these shapes) replaced, beside it; and double.
     KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedBlocked);
     KokkosMLA::Bench::register_all<double>("double", {KokkosMLA::Algorithm::Auto});
-    KokkosMLA::Bench::register_prefill_on<double>("double", KokkosMLA::Path::DecompressedBlocked);
     // The Decompressed prefill's GEMMs on a latent slice (BLAS's leading dimension).
     KokkosMLA::Bench::register_strided_q<float>("float");
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_graph<Kokkos::Experimental::bhalf_t>("bf16");
 #endif
+#else
+    // Hosts: the flash kernel on the vector unit and attention by GEMMs, side by side.
+    KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedHost);
+    KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedGemm);
 #endif
 #if KOKKOSMLA_HAS_BHALF
     KokkosMLA::Bench::register_decode_16bit<Kokkos::Experimental::bhalf_t>("bf16");
