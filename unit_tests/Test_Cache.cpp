@@ -991,6 +991,13 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
   EXPECT_THROW(CachePlan<T>(Space(), cache_shape(good), negative), std::invalid_argument);
 }
 
+/// The cases of the slice tests: a paged cache with RoPE and Tq = 2, and a
+/// packed contiguous one with an idle slot.
+const std::vector<CacheCase> kSliceCases = {
+    {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},
+    {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},
+};
+
 // q and q_rope as 16-byte aligned columns of wider arrays (DeepSeek's query
 // projection split in two) are read where they lie: a CachePlan's execute
 // allocates nothing for them, over a paged cache, packed queries and split
@@ -998,12 +1005,8 @@ TYPED_TEST(Cache, BadInputIsRejectedBeforeAnyWrite) {
 // allocates at its first such call and keeps.
 TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
   using T = TypeParam;
-  const std::vector<CacheCase> cases = {
-      {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},  // paged, RoPE, Tq = 2
-      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},      // packed, contiguous, an idle slot
-  };
   std::uint64_t seed = 950;
-  for (const CacheCase& c : cases)
+  for (const CacheCase& c : kSliceCases)
     for (int splits : {1, 3}) {
       SCOPED_TRACE(describe(c) + " splits " + std::to_string(splits));
       const Logical l(c, ++seed);
@@ -1041,13 +1044,9 @@ TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
 // out's bits, the gaps between its rows untouched.
 TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
   using T = TypeParam;
-  const std::vector<CacheCase> cases = {
-      {3, 2, 3, 5, 7, 3, 30, 5, false, {2, 30, 17}},  // paged, RoPE, Tq = 2
-      {2, 1, 2, 9, 10, 5, 21, 0, true, {21, 0}},      // packed, contiguous, an idle slot
-  };
   std::uint64_t seed = 970;
   int runs = 0;
-  for (const CacheCase& c : cases)
+  for (const CacheCase& c : kSliceCases)
     for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
       for (int splits : {1, 3})
         for (bool sinks : {false, true}) {

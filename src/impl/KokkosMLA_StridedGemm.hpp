@@ -24,6 +24,26 @@
 namespace KokkosMLA {
 namespace Impl {
 
+/// Whether the GEMMs below call cuBLAS on ExecSpace (CUDA builds with it).
+template <class ExecSpace>
+constexpr bool calls_cublas() {
+#if KOKKOSMLA_ENABLE_CUBLAS
+  return is_cuda_space<ExecSpace>();
+#else
+  return false;
+#endif
+}
+
+/// Whether they call the host BLAS of Kokkos Kernels' BLAS TPL on ExecSpace.
+template <class ExecSpace>
+constexpr bool calls_host_blas() {
+#ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
+  return is_host_space<ExecSpace>();
+#else
+  return false;
+#endif
+}
+
 /// c = a b for a row-major a (rows x inner) whose rows start lda >= inner
 /// elements apart, b (inner x cols) and c (rows x cols) row-major without
 /// gaps, on exec (float or double; exact products).
@@ -34,21 +54,11 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
   using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
-#if KOKKOSMLA_ENABLE_CUBLAS
-  constexpr bool cublas = is_cuda_space<ExecSpace>();
-#else
-  constexpr bool cublas = false;
-#endif
-#ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
-  constexpr bool host_blas = is_host_space<ExecSpace>();
-#else
-  constexpr bool host_blas = false;
-#endif
-  if constexpr (cublas) {
+  if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
     tensor_gemm(exec, rows, cols, inner, a, lda, b, c, FloatGemm::Fp32);
 #endif
-  } else if constexpr (host_blas) {
+  } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
     require_int_gemm_extents(cols, inner, lda);
     exec.fence();  // BLAS runs on this thread, after what exec was given before
@@ -84,21 +94,11 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
     a.ld = inner;
     c.ld = cols;
   }
-#if KOKKOSMLA_ENABLE_CUBLAS
-  constexpr bool cublas = is_cuda_space<ExecSpace>();
-#else
-  constexpr bool cublas = false;
-#endif
-#ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
-  constexpr bool host_blas = is_host_space<ExecSpace>();
-#else
-  constexpr bool host_blas = false;
-#endif
-  if constexpr (cublas) {
+  if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
     tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, FloatGemm::Fp32);
 #endif
-  } else if constexpr (host_blas) {
+  } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
     require_int_head_gemm_extents({rows, cols, inner, a.ld, b.ld, c.ld});
     exec.fence();  // BLAS runs on this thread, after what exec was given before
