@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Plots achieved prefill TFLOP/s (useful FLOPs of the Decompressed count) per
 shape and implementation from perf_tests/results/h200.jsonl: fp32 per
-algorithm against the SGEMM ceiling measured in the same campaign, and the
+algorithm against the SGEMM ceiling measured in the same campaign (the first
+run of each series, and Auto's newest beside it), and the
 tensor-core types (bf16, fp16, TF32; the newest run of each, T = 1K..32K at
 H = 16 included) against PyTorch in the same dtype (TF32: against PyTorch's
 fp32, TF32 off); and bf16 decoding (Tq = 1, FlashMLA's
@@ -28,10 +29,10 @@ def pick(dtype, impl, shape, newest):
 
 def panel(ax, series, shapes, title, ylabel, newest=False):
     width = 0.8 / len(series)
-    for k, (label, dtype, impl) in enumerate(series):
+    for k, (label, dtype, impl, *own_newest) in enumerate(series):
         xs, ys = [], []
         for i, s in enumerate(shapes):
-            y = pick(dtype, impl, s, newest)
+            y = pick(dtype, impl, s, own_newest[0] if own_newest else newest)
             if y is not None:
                 xs.append(i + (k - (len(series) - 1) / 2) * width)
                 ys.append(y)
@@ -55,7 +56,8 @@ for r in gpu:
 
 fig, (top, bottom, third) = plt.subplots(3, 1, figsize=(11, 13))
 panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
-            ("kokkosmla-auto", "float32", "kokkosmla-auto"),
+            ("kokkosmla-auto (first run)", "float32", "kokkosmla-auto"),
+            ("kokkosmla-auto (newest run: attention by GEMMs on CUDA)", "float32", "kokkosmla-auto", True),
             ("kokkosmla-decompressed", "float32", "kokkosmla-decompressed"),
             ("kokkosmla-fused", "float32", "kokkosmla-fused"),
             ("kokkosmla-absorbed", "float32", "kokkosmla-absorbed"),
