@@ -57,7 +57,7 @@ for r in gpu:
 fig, (top, bottom, third) = plt.subplots(3, 1, figsize=(11, 13))
 panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
             ("kokkosmla-auto (first run)", "float32", "kokkosmla-auto"),
-            ("kokkosmla-auto (newest run: attention by GEMMs on CUDA)", "float32", "kokkosmla-auto", True),
+            ("kokkosmla-auto (newest run; attention by GEMMs at D = 128)", "float32", "kokkosmla-auto", True),
             ("kokkosmla-decompressed", "float32", "kokkosmla-decompressed"),
             ("kokkosmla-fused", "float32", "kokkosmla-fused"),
             ("kokkosmla-absorbed", "float32", "kokkosmla-absorbed"),
