@@ -19,9 +19,8 @@ template <class ExecSpace, class T>
 struct RowSoftmaxKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
-  T* scores;                     // (heads, rows, ld): row r of head h at (h * rows + r) * ld
+  T* scores;                     // (heads, rows, columns), row-major
   T* lse;                        // (B, T, H) of the problem, or null
-  std::int64_t ld;               // elements from one row of scores to the next
   std::int64_t columns;          // keys the GEMM computed for the block (a row's visible ones and more)
   std::int64_t rows;             // query rows of the block, per head
   std::int64_t first_query;      // the block's first query t (of T)
@@ -39,7 +38,7 @@ struct RowSoftmaxKernel {
     const std::int64_t t = first_query + r;
     // Causal: query t sees keys up to S - T + t (the keys end where the queries do).
     const std::int64_t seen = causal ? min_of(columns, keys - queries + t + 1) : columns;
-    T* const row = scores + (h * rows + r) * ld;
+    T* const row = scores + (h * rows + r) * columns;
     const T s = scale;
 
     T max = negative_infinity<T>();

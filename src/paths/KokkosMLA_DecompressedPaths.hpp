@@ -218,7 +218,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
                    HeadMatrices<const Scalar>{q.at(b * s.queries + t0, 0), q.row, q.head},
                    HeadMatrices<const Scalar>{k + b * s.keys * width, width, s.head_dim}, true, p);
         launch(exec, "KokkosMLA::Decompressed::softmax",
-               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, columns, rows, t0, b, s.queries,
+               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, rows, t0, b, s.queries,
                                                    s.keys, s.heads, Scalar(this->problem_.scale),
                                                    this->problem_.options.causal},
                this->problem_.backend.team_size, 0);
