@@ -35,6 +35,7 @@ enum class Path {
   DecodeSm90,            ///< cache attention: cuBLAS projections, the wgmma decode kernel (16-bit, Hopper)
   FlashSm90,             ///< prefill: K and V by cuBLAS, the wgmma flash kernel (16-bit, Hopper)
   DecompressedGemm,      ///< prefill: K and V by GEMM, attention by GEMMs around a softmax kernel (float, double)
+  CacheGemm,             ///< cache attention: projections and attention by GEMMs around a softmax kernel (float, double)
 };
 
 std::string to_string(Path p);

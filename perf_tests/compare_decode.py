@@ -10,9 +10,10 @@ PyTorch baseline (TF32 off), in the same dtype, on a contiguous cache:
   scores = scale * (qa . latent^T + q_rope . k_rope^T), causal for Tq > 1,
   softmax, oa = p . latent, out = oa . w_uv per head.
 
-With --dtype float32 it also runs the float decode on the CacheRegisters path
-(decode_registers/float/..., rows kokkosmla-cache-registers) where the
-benchmark has it, for an A/B of the kernels in the same run, and the float
+With --dtype float32 it also runs the float decode on the CacheBlocked and
+CacheGemm paths (decode_blocked/float/..., decode_gemm/float/..., rows
+kokkosmla-cache-blocked and kokkosmla-cache-gemm) where the benchmark has
+them, for an A/B of the paths in the same run, and the float
 decode on tensor cores with TF32 and 3xTF32 products (decode/tf32/...,
 decode/fp32emu/...: rows of dtype tf32 and fp32emu, against PyTorch fp32).
 With --dtype bfloat16 or float16 it also times the tensor-core attention alone
@@ -154,7 +155,7 @@ def run_torch(shapes, dtype="float32"):
 def run_ours(args, shapes):
     names = "|".join(name(*s) for s in shapes)
     prefix = TYPES[args.dtype][0] + ("|fp8" if args.fp8 else "") + ("|tf32|fp32emu" if args.dtype == "float32" else "")
-    flt = "^decode(_registers)?/(%s)/(%s)" % (prefix, names)
+    flt = "^decode(_blocked|_gemm)?/(%s)/(%s)" % (prefix, names)
     if args.dtype != "float32":
         flt = "^decode(_attention|_attention_sm80)?/(%s)/(%s)" % (prefix, names)
     if args.sparse:
@@ -172,7 +173,8 @@ def run_ours(args, shapes):
             impl = "kokkosmla-decode-attention" + ("-sm80" if kind.endswith("_sm80") else "")
             r = attention_row(B, Tq, H, S, impl, args.backend, b["real_time"], args.dtype, label)
         else:
-            impl = "kokkosmla-cache-registers" if kind == "decode_registers" else "kokkosmla-cache"
+            impl = {"decode_registers": "kokkosmla-cache-registers", "decode_blocked": "kokkosmla-cache-blocked",
+                    "decode_gemm": "kokkosmla-cache-gemm"}.get(kind, "kokkosmla-cache")
             r = row(B, Tq, H, S, impl, args.backend, b["real_time"], b.get("relerr"), args.dtype, label)
         r["plan"] = b.get("label", "")
         r["splits"] = b.get("splits")

@@ -38,8 +38,10 @@
 // attention by GEMMs, which Auto takes there, and double/<shape>/Auto the
 // latter in double; on hosts float/<shape>/DecompressedHost and
 // .../DecompressedGemm the host flash kernel against attention by GEMMs.
-// decode_registers/float/... (CUDA) runs the float decode on the
-// CacheRegisters path (Options::path), for an A/B against decode/float/... in one run.
+// decode_registers/float/..., decode_blocked/float/... and
+// decode_gemm/float/... (CUDA) run the float decode on the CacheRegisters,
+// CacheBlocked and CacheGemm paths (Options::path), for an A/B against
+// decode/float/... in one run; decode_gemm/tf32/... the latter with TF32 products.
 // decode/tf32/... and decode/fp32emu/... run the float decode with
 // Options::allow_tf32 and Options::emulate_fp32 (FlashMLA's shapes).
 //
@@ -555,6 +557,13 @@ void run_decode_tensor_float(benchmark::State& state, DecodeShape d) {
   run_decode_with<float>(state, d, std::nullopt, CacheStorage::Native, opt);
 }
 
+/// A float decode step by GEMMs (CacheGemm) with TF32 products.
+void run_decode_gemm_tf32(benchmark::State& state, DecodeShape d) {
+  Options opt;
+  opt.allow_tf32 = true;
+  run_decode_with<float>(state, d, Path::CacheGemm, CacheStorage::Native, opt);
+}
+
 std::string decode_name(const DecodeShape& d) {
   std::ostringstream o;
   o << "B" << d.batch << "_Tq" << d.queries << "_H" << d.heads << "_S" << d.keys << "_R" << d.latent_dim
@@ -763,10 +772,16 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_decode_kind("decode", "fp32emu", KokkosMLA::Bench::DecodeShapes::FlashMLA,
                                            &KokkosMLA::Bench::run_decode_tensor_float<true>);
 #ifdef KOKKOS_ENABLE_CUDA
-    // The float decode on the path CacheBlocked replaced on GPUs, beside it.
+    // The float decode on each GPU path, beside the one Auto takes.
     KokkosMLA::Bench::register_decode_kind(
         "decode_registers", "float", KokkosMLA::Bench::DecodeShapes::All,
         &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
+    KokkosMLA::Bench::register_decode_kind("decode_blocked", "float", KokkosMLA::Bench::DecodeShapes::All,
+                                           &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheBlocked>);
+    KokkosMLA::Bench::register_decode_kind("decode_gemm", "float", KokkosMLA::Bench::DecodeShapes::All,
+                                           &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheGemm>);
+    KokkosMLA::Bench::register_decode_kind("decode_gemm", "tf32", KokkosMLA::Bench::DecodeShapes::FlashMLA,
+                                           &KokkosMLA::Bench::run_decode_gemm_tf32);
     KokkosMLA::Bench::register_decode_graph<float>("float");
     // The flash kernel that attention by GEMMs (DecompressedGemm, Auto's
     // path for these shapes) replaced, beside it; and double.

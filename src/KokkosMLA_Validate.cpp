@@ -61,6 +61,8 @@ std::string to_string(Path p) {
       return "DecompressedGemm";
     case Path::CacheHost:
       return "CacheHost";
+    case Path::CacheGemm:
+      return "CacheGemm";
   }
   return "?";
 }

@@ -6,6 +6,7 @@
 #include "ToolsRecorder.hpp"
 #include "impl/KokkosMLA_Backend.hpp"
 #include "impl/KokkosMLA_Compat.hpp"
+#include "paths/KokkosMLA_CachePaths.hpp"
 
 #include <algorithm>
 #include <array>
@@ -366,6 +367,11 @@ std::vector<CacheCase> cases() {
   };
 }
 
+/// The paths of dense attention over a native cache, each forced in turn by
+/// the tests of every path (those a backend lacks are skipped).
+const std::vector<Path> kDensePaths = {Path::CacheHost, Path::CacheGemm, Path::CacheBlocked, Path::CacheRegisters,
+                                       Path::CacheLatent};
+
 template <class T>
 class Cache : public ::testing::Test {};
 TYPED_TEST_SUITE(Cache, Scalars);
@@ -377,6 +383,44 @@ TYPED_TEST(Cache, MatchesReferenceForEverySplitCount) {
 
 TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
   EXPECT_GT(expect_cases_match_reference<TypeParam>(idle_cases(), {0, 1, 3}, 150), 0);
+}
+
+// Attention by GEMMs, causal and not, with idle rows and NaN in every cache
+// row no sequence holds: through a plan (its sequences in as few GEMMs as
+// fit its chunk budget, keys in one part), and with one sequence per GEMM (a
+// budget of one byte) and keys in parts of 3 (the last one partly past the capacity).
+TYPED_TEST(Cache, AttentionByGemmsMatchesReferenceInOneOrManyChunks) {
+  using T = TypeParam;
+  std::vector<CacheCase> all = cases();
+  for (const CacheCase& c : idle_cases()) all.push_back(c);
+  std::uint64_t seed = 1700;
+  int idle = 0;
+  for (const CacheCase& c : all)
+    for (bool causal : {true, false}) {
+      SCOPED_TRACE(describe(c) + " causal=" + std::to_string(causal));
+      const Logical l(c, ++seed);
+      const DeviceCache<T> dc(l, seed);
+      const CacheArguments<T> a = arguments(l, dc);
+      Options opt;
+      opt.causal = causal;
+      opt.path = Path::CacheGemm;
+      const CachePlan<T> plan(Space(), cache_shape(a), opt);
+      ASSERT_EQ(plan.path(), Path::CacheGemm);
+      plan.execute(Space(), a);
+      idle += expect_matches_reference(l, a, opt);
+
+      Impl::CacheProblem p;
+      p.shape = cache_shape(a);
+      p.options = opt;
+      p.backend = Impl::backend_of(Space());
+      p.scale = plan.scale();
+      const Impl::CacheGemmPath<T, Space> by_sequence(Space(), p, 1, 3);
+      Kokkos::deep_copy(a.out, T(std::nan("")));
+      Kokkos::deep_copy(a.lse, std::nan(""));
+      by_sequence.run(Space(), Impl::strided(a));
+      expect_matches_reference(l, a, opt);
+    }
+  EXPECT_GT(idle, 0);
 }
 
 /// DeepSeek's widths (R = 512, Dr = 64) and the widest rows the blocked GPU
@@ -669,7 +713,7 @@ TYPED_TEST(Cache, SinksOnEveryPathMatchReference) {
   int ran = 0;
   for (const CacheCase& c : {CacheCase{3, 2, 4, 6, 4, 2, 40, 8, false, {40, 17, 0}},
                              CacheCase{2, 1, 3, 5, 24, 4, 30, 0, true, {30, 9}}})
-    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+    for (Path path : kDensePaths)
       for (bool with_lse : {true, false}) {
         SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " lse=" + std::to_string(with_lse));
         const Logical l(c, ++seed);
@@ -722,7 +766,7 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
   std::map<Path, int> ran;
   std::uint64_t seed = 700;
   for (const CacheCase& c : cases())
-    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+    for (Path path : kDensePaths)
       for (int splits : {1, 3}) {
         SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " splits=" + std::to_string(splits));
         const Logical l(c, ++seed);
@@ -744,6 +788,7 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
         ++ran[path];
       }
   EXPECT_EQ(ran[Path::CacheLatent], int(2 * cases().size()));  // the last path takes everything
+  EXPECT_EQ(ran[Path::CacheGemm], int(2 * cases().size()));    // and attention by GEMMs
   EXPECT_GT(ran[Path::CacheRegisters], 0);
   if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
     EXPECT_EQ(ran[Path::CacheHost], int(2 * cases().size()));  // hosts: every case
@@ -1047,7 +1092,7 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
   std::uint64_t seed = 970;
   int runs = 0;
   for (const CacheCase& c : kSliceCases)
-    for (Path path : {Path::CacheHost, Path::CacheBlocked, Path::CacheRegisters, Path::CacheLatent})
+    for (Path path : kDensePaths)
       for (int splits : {1, 3})
         for (bool sinks : {false, true}) {
           SCOPED_TRACE(describe(c) + " " + to_string(path) + " splits " + std::to_string(splits) +

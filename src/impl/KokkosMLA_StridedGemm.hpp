@@ -79,7 +79,7 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
 
 /// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
 /// transpose_b, a_h b_h^T (b_h cols x inner), on exec (float or double; exact
-/// products): a_h is rows x inner and c_h rows x cols, each head's matrix
+/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x cols, each head's matrix
 /// row-major with its own row stride (HeadMatrices), as one head's slice of a
 /// (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host BLAS call
 /// per head where Kokkos Kernels has its BLAS TPL; else Kokkos Kernels' GEMM
@@ -87,16 +87,17 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
 template <class ExecSpace, class Scalar>
 void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                 std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
-                HeadMatrices<Scalar> c) {
+                HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
   if (rows == 1) {  // one row's stride means nothing, but BLAS checks it against the row's width
     a.ld = inner;
     c.ld = cols;
   }
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
-    tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, FloatGemm::Fp32);
+    tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, float_gemm);
 #endif
   } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS

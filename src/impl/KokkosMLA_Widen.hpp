@@ -8,50 +8,54 @@
 #include "KokkosMLA_HeadRows.hpp"
 
 #include <cstdint>
+#include <type_traits>
 
 namespace KokkosMLA {
 namespace Impl {
+
+/// x as To: itself where the types agree, else through float (16-bit types
+/// convert to and from float).
+template <class To, class From>
+KOKKOS_INLINE_FUNCTION To convert_value(From x) {
+  if constexpr (std::is_same<From, To>::value)
+    return x;
+  else
+    return static_cast<To>(static_cast<float>(x));
+}
 
 template <class From, class To>
 struct ConvertKernel {
   const From* from;
   To* to;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    to[i] = static_cast<To>(static_cast<float>(from[i]));
-  }
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const { to[i] = convert_value<To>(from[i]); }
 };
 
-/// Rows (r, h) of `from` (HeadRows) into a row-major (rows, heads, width) `to`.
+/// Rows (r, h) of `from` into rows (r, h) of `to` (both HeadRows), width values each.
 template <class From, class To>
 struct ConvertRowsKernel {
   HeadRows<const From> from;
-  To* to;
-  std::int64_t heads, width;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t c = i % width, h = (i / width) % heads, r = i / (width * heads);
-    to[i] = static_cast<To>(static_cast<float>(from.at(r, h)[c]));
-  }
-};
-
-/// A row-major (rows, heads, width) `from` into rows (r, h) of `to` (HeadRows).
-template <class From, class To>
-struct ConvertIntoRowsKernel {
-  const From* from;
   HeadRows<To> to;
   std::int64_t heads, width;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t c = i % width, h = (i / width) % heads, r = i / (width * heads);
-    to.at(r, h)[c] = static_cast<To>(static_cast<float>(from[i]));
+    to.at(r, h)[c] = convert_value<To>(from.at(r, h)[c]);
   }
 };
+
+/// Rows (r, h) of `to` = rows (r, h) of `from`, converted to To, on exec.
+template <class ExecSpace, class From, class To>
+void convert_rows(const ExecSpace& exec, const char* label, HeadRows<const From> from, HeadRows<To> to,
+                  std::int64_t rows, std::int64_t heads, std::int64_t width) {
+  Kokkos::parallel_for(label,
+                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
+                       ConvertRowsKernel<From, To>{from, to, heads, width});
+}
 
 /// Rows (r, h) of `to` = the row-major (rows, heads, width) `from`, rounded to To, on exec.
 template <class ExecSpace, class From, class To>
 void convert_into_rows(const ExecSpace& exec, const char* label, const From* from, HeadRows<To> to,
                        std::int64_t rows, std::int64_t heads, std::int64_t width) {
-  Kokkos::parallel_for(label,
-                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
-                       ConvertIntoRowsKernel<From, To>{from, to, heads, width});
+  convert_rows(exec, label, packed_rows(from, heads, width), to, rows, heads, width);
 }
 
 /// to[i] = from[i] for i < n, rounded to To, on exec.
@@ -83,10 +87,7 @@ struct FloatPieces {
   float* widen_rows(const ExecSpace& exec, HeadRows<const From> from, std::int64_t rows, std::int64_t heads,
                     std::int64_t width) {
     float* piece = take(rows * heads * width);
-    Kokkos::parallel_for(
-        "KokkosMLA::widen",
-        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
-        ConvertRowsKernel<From, float>{from, piece, heads, width});
+    convert_rows(exec, "KokkosMLA::widen", from, packed_rows(piece, heads, width), rows, heads, width);
     return piece;
   }
 };

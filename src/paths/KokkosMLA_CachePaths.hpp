@@ -9,6 +9,9 @@
 //     products over 32-key tiles in large team scratch; GPUs);
 //   CacheHost: queries absorbed and outputs up-projected by ProjectHostKernel,
 //     attention by DecodeHostKernel, both on a CPU core's vector unit (hosts);
+//   CacheGemm: queries absorbed, the attention and outputs up-projected by
+//     GEMMs of the BLAS around a softmax kernel, over the cache's tokens
+//     gathered into a contiguous array (many heads on GPUs);
 //   CacheLatent: the latent kernel absorbs, attends and up-projects in one
 //     launch, or with split-KV one that attends in parts and one that merges
 //     and up-projects; the one path of sparse (top-k) attention.
@@ -16,9 +19,14 @@
 #include "KokkosMLA_PathUnit.hpp"
 #include "impl/KokkosMLA_DecodeBlockedKernel.hpp"
 #include "impl/KokkosMLA_DecodeHostKernel.hpp"
+#include "impl/KokkosMLA_GatherKernel.hpp"
 #include "impl/KokkosMLA_ProjectHostKernel.hpp"
+#include "impl/KokkosMLA_RowSoftmaxKernel.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
+#include "impl/KokkosMLA_StridedGemm.hpp"
+#include "impl/KokkosMLA_SumPartsKernel.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
+#include "impl/KokkosMLA_Widen.hpp"
 
 #include <algorithm>
 #include <sstream>
@@ -395,6 +403,146 @@ class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
     launch_on_host(exec, "KokkosMLA::CacheAttention::attend_host", k, this->config_.scratch_bytes,
                    this->problem_.backend);
   }
+};
+
+/// Cache attention by GEMMs (float and double): qa = q w_uk^T by one GEMM
+/// per head, the RoPE queries beside it as rows [qa, q_rope]; per chunk of
+/// sequences, their tokens gathered into a contiguous array of [latent,
+/// RoPE key] rows (zeros past each length), the scores of a sequence's
+/// Tq x H rows against its keys by batched GEMMs (one per part of
+/// kKeyPart keys), the softmax in place (CacheSoftmaxKernel), P latent by
+/// one batched GEMM over every (sequence, part) and the parts summed
+/// (split-K: a sequence's 128 rows x 512 columns alone would leave most of
+/// a GPU idle); out = oa w_uv by one GEMM per head. The products run at the
+/// BLAS's rate, which pays where many rows share each token. Taken by
+/// default on CUDA (cuBLAS) from kMinRows rows per sequence; elsewhere
+/// when named (Options::path), which tests it on every backend. Dense
+/// attention over a native cache; kv_splits does not apply (one pass).
+template <class Scalar, class ExecSpace>
+class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
+  using memory_space = typename ExecSpace::memory_space;
+
+ public:
+  static constexpr bool available = !is_half_precision<Scalar>::value;
+  /// Query rows (Tq x H) of a sequence from which the path is taken by
+  /// default: on the H200 at 16 and 32 rows it took 3-4x the blocked
+  /// kernel's time, whose tiles then waste nothing.
+  static constexpr std::int64_t kMinRows = 128;
+  /// Bytes of the gathered tokens, scores and partial products of a chunk of
+  /// sequences (as many as fit, in chunks of equal size).
+  static constexpr std::int64_t kChunkBytes = std::int64_t(1) << 30;
+  /// Keys of a part of the split-K product.
+  static constexpr std::int64_t kKeyPart = 1024;
+
+  static bool applicable(const CacheProblem& p) {
+    const CacheShape& s = p.shape;
+    if (s.topk > 0 || s.storage != CacheStorage::Native) return false;
+    if (p.options.path) return true;  // asked for by name
+#if KOKKOSMLA_ENABLE_CUBLAS
+    return is_cuda_space<ExecSpace>() && s.queries * s.heads >= kMinRows;
+#else
+    return false;
+#endif
+  }
+
+  CacheGemmPath(const ExecSpace&, const CacheProblem& p, std::int64_t chunk_bytes = kChunkBytes,
+                std::int64_t key_part = kKeyPart)
+      : problem_(p),
+        part_(std::min(key_part, p.shape.capacity)),
+        parts_((p.shape.capacity + part_ - 1) / part_),
+        chunk_(chunk_sequences(chunk_bytes)),
+        float_gemm_(p.options.allow_tf32 && !p.options.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32),
+        absorbed_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::absorbed",
+                                                  p.shape.batch * rows() * width())),
+        chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered", chunk_ * per_sequence())) {}
+  static constexpr Path id = Path::CacheGemm;
+  Path path() const override { return id; }
+  int splits() const override { return 1; }
+  std::size_t workspace_bytes() const override { return (absorbed_.span() + chunk_space_.span()) * sizeof(Scalar); }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "(attention by gemms" << (float_gemm_ == FloatGemm::Tf32 ? ", tf32" : "") << ") sequences_per_gemm="
+      << chunk_ << " key_part=" << part_ << " parts=" << parts_ << " workspace=" << workspace_bytes() << "B";
+    return o.str();
+  }
+
+  void run(const ExecSpace& exec, const typename PlannedCache<Scalar, ExecSpace>::Call& a) const override {
+    const CacheShape& s = problem_.shape;
+    const std::int64_t n_rows = rows(), w = width(), tokens = s.batch * s.queries, keys = padded_keys();
+    const std::int64_t weight_ld = s.heads * s.head_dim;
+    // [qa, q_rope]: (B Tq, H, R + Dr), then oa in the first R columns.
+    const HeadRows<Scalar> qa{absorbed_.data(), s.heads * w, w};
+    const auto q = head_rows(a.q);
+    gemm(exec, s.heads, tokens, s.latent_dim, s.head_dim, {q.ptr, q.row, q.head},
+         {a.w_uk.data(), weight_ld, s.head_dim}, true, {qa.ptr, qa.row, qa.head});
+    if (s.rope_dim > 0)
+      convert_rows(exec, "KokkosMLA::CacheAttention::rope_queries", head_rows(a.q_rope),
+                   HeadRows<Scalar>{qa.ptr + s.latent_dim, qa.row, qa.head}, tokens, s.heads, s.rope_dim);
+    const LatentKeys<Scalar> cache = latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim);
+    // The chunk's space: tokens (n, keys, w), scores (n, parts, rows, part), partial products.
+    Scalar* const gathered = chunk_space_.data();
+    Scalar* const scores = gathered + chunk_ * keys * w;
+    Scalar* const partial = scores + chunk_ * n_rows * keys;
+    compute_type<Scalar>* const lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+    for (std::int64_t b0 = 0; b0 < s.batch; b0 += chunk_) {
+      const std::int64_t n = std::min(chunk_, s.batch - b0);
+      Scalar* const rows_of_chunk = qa.ptr + b0 * n_rows * w;
+      Kokkos::parallel_for("KokkosMLA::CacheAttention::gather",
+                           Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * keys * w),
+                           GatherKernel<Scalar, Scalar>{cache, gathered, keys, s.latent_dim, w, b0});
+      // Part j of each sequence's scores: its rows [qa, q_rope] against keys j part .. (j + 1) part - 1.
+      for (std::int64_t j = 0; j < parts_; ++j)
+        gemm(exec, n, n_rows, part_, w, {rows_of_chunk, w, n_rows * w}, {gathered + j * part_ * w, w, keys * w},
+             true, {scores + j * n_rows * part_, part_, parts_ * n_rows * part_});
+      launch(exec, "KokkosMLA::CacheAttention::softmax",
+             CacheSoftmaxKernel<ExecSpace, Scalar>{scores, lse, a.cache.seqlens.data(), b0, n, s.queries, s.heads,
+                                                   part_, parts_, s.capacity, Scalar(problem_.scale),
+                                                   problem_.options.causal},
+             problem_.backend.team_size, 0);
+      // P latent for every (sequence, part), over the rows the scores were made of, or into parts summed after.
+      const bool split = parts_ > 1;
+      gemm(exec, n * parts_, n_rows, s.latent_dim, part_, {scores, part_, n_rows * part_}, {gathered, w, part_ * w},
+           false,
+           split ? HeadMatrices<Scalar>{partial, s.latent_dim, n_rows * s.latent_dim}
+                 : HeadMatrices<Scalar>{rows_of_chunk, w, n_rows * w});
+      if (split)
+        Kokkos::parallel_for(
+            "KokkosMLA::CacheAttention::sum_parts",
+            Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * n_rows * s.latent_dim),
+            SumPartsKernel<Scalar>{partial, rows_of_chunk, n_rows, s.latent_dim, parts_, w});
+    }
+    const auto out = head_rows(a.out);
+    gemm(exec, s.heads, tokens, s.head_dim, s.latent_dim, {qa.ptr, qa.row, qa.head},
+         {a.w_uv.data(), weight_ld, s.head_dim}, false, {out.ptr, out.row, out.head});
+  }
+
+ private:
+  /// gemm_heads in the plan's products (TF32 where allowed).
+  void gemm(const ExecSpace& exec, std::int64_t batch, std::int64_t m, std::int64_t n, std::int64_t k,
+            HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
+            HeadMatrices<Scalar> c) const {
+    gemm_heads(exec, batch, m, n, k, a, b, transpose_b, c, float_gemm_);
+  }
+  std::int64_t rows() const { return problem_.shape.queries * problem_.shape.heads; }
+  std::int64_t width() const { return problem_.shape.latent_dim + problem_.shape.rope_dim; }
+  /// The capacity rounded up to whole parts (the keys past it gathered as zeros, never seen).
+  std::int64_t padded_keys() const { return parts_ * part_; }
+  /// Elements of one sequence's gathered tokens, scores and partial products.
+  std::int64_t per_sequence() const {
+    return padded_keys() * (width() + rows()) + (parts_ > 1 ? parts_ * rows() * problem_.shape.latent_dim : 0);
+  }
+  std::int64_t chunk_sequences(std::int64_t chunk_bytes) const {
+    const std::int64_t batch = problem_.shape.batch;
+    const std::int64_t most =
+        std::max<std::int64_t>(1, std::min(batch, chunk_bytes / (per_sequence() * std::int64_t(sizeof(Scalar)))));
+    const std::int64_t chunks = (batch + most - 1) / most;
+    return (batch + chunks - 1) / chunks;
+  }
+
+  CacheProblem problem_;
+  std::int64_t part_, parts_, chunk_;
+  FloatGemm float_gemm_;
+  Kokkos::View<Scalar*, memory_space> absorbed_, chunk_space_;
 };
 
 }  // namespace Impl

@@ -24,7 +24,7 @@ using PrefillPaths =
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
 /// FP8 caches the tensor-core paths do not take go to Fp8CachePath (Widened).
 using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, Fp8CachePath, WidenedCachePath,
-                            CacheHostPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
+                            CacheHostPath, CacheGemmPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA

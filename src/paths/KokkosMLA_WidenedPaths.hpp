@@ -6,6 +6,7 @@
 // into a contiguous cache of the compute type, a plan of that type run on it.
 
 #include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_GatherKernel.hpp"
 #include "impl/KokkosMLA_Widen.hpp"
 #include "impl/KokkosMLA_Fp8Kernels.hpp"
 #include "impl/KokkosMLA_LatentKernels.hpp"
@@ -90,25 +91,6 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
   WidenedPlan<Plan<float, ExecSpace>, memory_space> widened_;
 };
 
-/// A 16-bit cache's tokens, gathered into a contiguous float cache (B,
-/// capacity, R + Dr) as [latent, RoPE key] rows; zeros past each sequence's length.
-template <class T>
-struct GatherKernel {
-  LatentKeys<T> from;
-  float* to;
-  std::int64_t capacity, rank, width;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t b = i / (capacity * width), s = i / width % capacity, c = i % width;
-    if (s >= from.length(b)) {
-      to[i] = 0.f;
-      return;
-    }
-    const std::int64_t row = from.row(b, s);
-    to[i] =
-        float(c < rank ? from.latent[row * from.latent_ld + c] : from.rope[row * from.rope_ld + c - rank]);
-  }
-};
-
 /// Cache attention by a plan of the compute type C on a contiguous copy of
 /// the cache: with Fp8, an FP8 cache of any Scalar dequantised to C (queries,
 /// weights and out used in place where Scalar is C); else a 16-bit cache off
@@ -160,7 +142,7 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
                              Fp8Format::of(a.cache, s.latent_dim, s.rope_dim), gathered, s.capacity, width});
     else
       Kokkos::parallel_for("KokkosMLA::widen_cache", each,
-                           GatherKernel<Scalar>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
+                           GatherKernel<Scalar, float>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
                                                 gathered, s.capacity, s.latent_dim, width});
     CacheArguments<C, memory_space, Kokkos::LayoutStride> f;
     f.cache.latent = typename LatentCache<C, memory_space>::Tokens(gathered, s.batch, s.capacity, width);
