@@ -6,32 +6,55 @@
 // for attention by GEMMs (CacheGemm), whose GEMMs read it by strides.
 
 #include "KokkosMLA_LatentKernels.hpp"
+#include "KokkosMLA_Launch.hpp"
 
 #include <cstdint>
 
 namespace KokkosMLA {
 namespace Impl {
 
-/// Sequences first_sequence, first_sequence + 1, ... of `from` into `to`
-/// (one index per value written), converted to C; zeros past each
-/// sequence's length, so that no value the cache holds there (NaN in an idle
-/// slot) reaches a product.
-template <class T, class C>
+/// Sequences first_sequence .. first_sequence + sequences - 1 of `from`
+/// into `to`, converted to C; zeros past each sequence's length, so that no
+/// value the cache holds there (NaN in an idle slot) reaches a product. A
+/// team per token row, its threads along the row: the row's address is
+/// worked out once (64-bit divisions per value took the gather of a B = 128,
+/// S = 4096 cache to milliseconds on the H200), and reads and writes are
+/// coalesced.
+template <class ExecSpace, class T, class C>
 struct GatherKernel {
+  using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+
   LatentKeys<T> from;
   C* to;
   std::int64_t capacity, rank, width;
-  std::int64_t first_sequence = 0;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
-    const std::int64_t b = first_sequence + i / (capacity * width), s = i / width % capacity, c = i % width;
+  std::int64_t first_sequence = 0, sequences = 0;
+  int scratch_level = 0;  // none used; the launch helper asks for it
+
+  std::int64_t league_size() const { return sequences * capacity; }
+
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+    const std::int64_t i = team.league_rank();
+    const std::int64_t b = first_sequence + i / capacity, s = i % capacity;
+    C* const row_to = to + i * width;
     if (s >= from.length(b)) {
-      to[i] = C(0);
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](const std::int64_t c) { row_to[c] = C(0); });
       return;
     }
     const std::int64_t row = from.row(b, s);
-    to[i] = C(c < rank ? from.latent[row * from.latent_ld + c] : from.rope[row * from.rope_ld + c - rank]);
+    const T* const latent = from.latent + row * from.latent_ld;
+    const std::int64_t rope_at = row * from.rope_ld - rank;  // value c >= rank at from.rope[rope_at + c]
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](const std::int64_t c) {
+      row_to[c] = C(c < rank ? latent[c] : from.rope[rope_at + c]);
+    });
   }
 };
+
+/// Gathers k's sequences on exec (GatherKernel).
+template <class ExecSpace, class T, class C>
+void gather_tokens(const ExecSpace& exec, const char* label, const GatherKernel<ExecSpace, T, C>& k) {
+  constexpr int kThreads = 64;  // 9 values a thread of a 576-wide row
+  launch(exec, label, k, kThreads, 0);
+}
 
 }  // namespace Impl
 }  // namespace KokkosMLA

@@ -487,9 +487,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     for (std::int64_t b0 = 0; b0 < s.batch; b0 += chunk_) {
       const std::int64_t n = std::min(chunk_, s.batch - b0);
       Scalar* const rows_of_chunk = qa.ptr + b0 * n_rows * w;
-      Kokkos::parallel_for("KokkosMLA::CacheAttention::gather",
-                           Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * keys * w),
-                           GatherKernel<Scalar, Scalar>{cache, gathered, keys, s.latent_dim, w, b0});
+      gather_tokens(exec, "KokkosMLA::CacheAttention::gather",
+                    GatherKernel<ExecSpace, Scalar, Scalar>{cache, gathered, keys, s.latent_dim, w, b0, n});
       // Part j of each sequence's scores: its rows [qa, q_rope] against keys j part .. (j + 1) part - 1.
       for (std::int64_t j = 0; j < parts_; ++j)
         gemm(exec, n, n_rows, part_, w, {rows_of_chunk, w, n_rows * w}, {gathered + j * part_ * w, w, keys * w},

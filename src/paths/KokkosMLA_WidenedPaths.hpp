@@ -141,9 +141,9 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
           Fp8GatherKernel<C>{cache_rows<std::uint8_t>(a.cache, a.cache.fp8.tokens),
                              Fp8Format::of(a.cache, s.latent_dim, s.rope_dim), gathered, s.capacity, width});
     else
-      Kokkos::parallel_for("KokkosMLA::widen_cache", each,
-                           GatherKernel<Scalar, float>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
-                                                gathered, s.capacity, s.latent_dim, width});
+      gather_tokens(exec, "KokkosMLA::widen_cache",
+                    GatherKernel<ExecSpace, Scalar, float>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
+                                                           gathered, s.capacity, s.latent_dim, width, 0, s.batch});
     CacheArguments<C, memory_space, Kokkos::LayoutStride> f;
     f.cache.latent = typename LatentCache<C, memory_space>::Tokens(gathered, s.batch, s.capacity, width);
     f.cache.seqlens = a.cache.seqlens;
