@@ -385,6 +385,24 @@ TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
   EXPECT_GT(expect_cases_match_reference<TypeParam>(idle_cases(), {0, 1, 3}, 150), 0);
 }
 
+// The GEMM path's default stops where one sequence's scores outgrow its
+// chunk: a decode step at 128 heads fits, a chunked prefill of 4096 queries does not.
+TYPED_TEST(Cache, AttentionByGemmsTakesOnlySequencesThatFitItsChunk) {
+  using Unit = Impl::CacheGemmPath<TypeParam, Space>;
+  CacheShape decode;
+  decode.batch = 128;
+  decode.queries = 1;
+  decode.heads = 128;
+  decode.head_dim = 128;
+  decode.latent_dim = 512;
+  decode.rope_dim = 64;
+  decode.capacity = 8192;
+  EXPECT_TRUE(Unit::sequence_fits_chunk(decode));
+  CacheShape prefill = decode;
+  prefill.queries = 4096;
+  EXPECT_FALSE(Unit::sequence_fits_chunk(prefill));
+}
+
 // Attention by GEMMs, causal and not, with idle rows and NaN in every cache
 // row no sequence holds: through a plan (its sequences in as few GEMMs as
 // fit its chunk budget, keys in one part), and with one sequence per GEMM (a

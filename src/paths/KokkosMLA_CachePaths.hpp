@@ -439,10 +439,17 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     if (s.topk > 0 || s.storage != CacheStorage::Native) return false;
     if (p.options.path) return true;  // asked for by name
 #if KOKKOSMLA_ENABLE_CUBLAS
-    return is_cuda_space<ExecSpace>() && s.queries * s.heads >= kMinRows;
+    return is_cuda_space<ExecSpace>() && s.queries * s.heads >= kMinRows && sequence_fits_chunk(s);
 #else
     return false;
 #endif
+  }
+
+  /// Whether one sequence's tokens, scores and partial products fit
+  /// kChunkBytes: the default takes no more (a chunked prefill of thousands
+  /// of queries would need gigabytes of scores a sequence).
+  static bool sequence_fits_chunk(const CacheShape& s) {
+    return per_sequence(s, std::min(kKeyPart, s.capacity)) * std::int64_t(sizeof(Scalar)) <= kChunkBytes;
   }
 
   CacheGemmPath(const ExecSpace&, const CacheProblem& p, std::int64_t chunk_bytes = kChunkBytes,
@@ -454,7 +461,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
         float_gemm_(p.options.allow_tf32 && !p.options.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32),
         absorbed_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::absorbed",
                                                   p.shape.batch * rows() * width())),
-        chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered", chunk_ * per_sequence())) {}
+        chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered",
+                                                     chunk_ * per_sequence(p.shape, part_))) {}
   static constexpr Path id = Path::CacheGemm;
   Path path() const override { return id; }
   int splits() const override { return 1; }
@@ -526,14 +534,15 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
   std::int64_t width() const { return problem_.shape.latent_dim + problem_.shape.rope_dim; }
   /// The capacity rounded up to whole parts (the keys past it gathered as zeros, never seen).
   std::int64_t padded_keys() const { return parts_ * part_; }
-  /// Elements of one sequence's gathered tokens, scores and partial products.
-  std::int64_t per_sequence() const {
-    return padded_keys() * (width() + rows()) + (parts_ > 1 ? parts_ * rows() * problem_.shape.latent_dim : 0);
+  /// Elements of one sequence's gathered tokens, scores and partial products, with keys in parts of `part`.
+  static std::int64_t per_sequence(const CacheShape& s, std::int64_t part) {
+    const std::int64_t parts = (s.capacity + part - 1) / part, rows = s.queries * s.heads;
+    return parts * part * (s.latent_dim + s.rope_dim + rows) + (parts > 1 ? parts * rows * s.latent_dim : 0);
   }
   std::int64_t chunk_sequences(std::int64_t chunk_bytes) const {
     const std::int64_t batch = problem_.shape.batch;
-    const std::int64_t most =
-        std::max<std::int64_t>(1, std::min(batch, chunk_bytes / (per_sequence() * std::int64_t(sizeof(Scalar)))));
+    const std::int64_t most = std::max<std::int64_t>(
+        1, std::min(batch, chunk_bytes / (per_sequence(problem_.shape, part_) * std::int64_t(sizeof(Scalar)))));
     const std::int64_t chunks = (batch + most - 1) / most;
     return (batch + chunks - 1) / chunks;
   }
