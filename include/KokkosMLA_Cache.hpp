@@ -176,6 +176,9 @@ class PackedQueries;
 /// execute() allocates nothing. The softmax scale defaults to 1/sqrt(D + Dr).
 /// Instances as for Plan. Run concurrent executions on separate CachePlans.
 ///
+/// float and double plans on CUDA with 128 or more query rows a sequence
+/// (heads x Tq) compute by cuBLAS GEMMs (Path::CacheGemm) over the tokens
+/// gathered into the workspace (up to 1 GiB; workspace_bytes() says how much).
 /// 16-bit Scalars take the tensor-core path on CUDA GPUs of compute
 /// capability 8.0 and newer for DeepSeek's widths (latent_dim 512, rope_dim
 /// 64) and for latent_dim 512 without RoPE (rope_dim 0): queries absorbed
