@@ -220,23 +220,25 @@ module kokkosmla
       integer(c_int) :: kokkosmla_plan_execute_d
     end function
 
-    !> q and the latent given by strides in elements (kokkosmla.h): the first D
-    !> of W columns of a C-order (B, T, H, W) array, i.e. a Fortran (W, H, T, B)
-    !> one, has q_row_stride = H * W and q_head_stride = W; the first R of L
-    !> columns of a Fortran (L, S, B) array has latent_row_stride = L.
+    !> q, out and the latent given by strides in elements (kokkosmla.h): the
+    !> first D of W columns of a C-order (B, T, H, W) array, i.e. a Fortran
+    !> (W, H, T, B) one, has row stride H * W and head stride W; the first R of
+    !> L columns of a Fortran (L, S, B) array has latent_row_stride = L.
     function kokkosmla_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, latent, latent_row_stride, &
-                                              w_uk, w_uv, out) bind(c, name="kokkosmla_plan_execute_strided_f")
+                                              w_uk, w_uv, out, out_row_stride, out_head_stride) &
+                                              bind(c, name="kokkosmla_plan_execute_strided_f")
       import :: c_ptr, c_int, c_int64_t
       type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
-      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride, out_row_stride, out_head_stride
       integer(c_int) :: kokkosmla_plan_execute_strided_f
     end function
 
     function kokkosmla_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, latent, latent_row_stride, &
-                                              w_uk, w_uv, out) bind(c, name="kokkosmla_plan_execute_strided_d")
+                                              w_uk, w_uv, out, out_row_stride, out_head_stride) &
+                                              bind(c, name="kokkosmla_plan_execute_strided_d")
       import :: c_ptr, c_int, c_int64_t
       type(c_ptr), value :: plan, q, latent, w_uk, w_uv, out
-      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride
+      integer(c_int64_t), value :: q_row_stride, q_head_stride, latent_row_stride, out_row_stride, out_head_stride
       integer(c_int) :: kokkosmla_plan_execute_strided_d
     end function
 
@@ -368,28 +370,33 @@ module kokkosmla
       integer(c_int) :: kokkosmla_cache_plan_execute_d
     end function
 
-    !> q and q_rope given by strides in elements (kokkosmla.h), e.g. the two
-    !> parts of one projection p of C-order (B, Tq, H, D + Dr): q = p and
-    !> q_rope = p + D elements, both with strides H * (D + Dr) and D + Dr.
+    !> q, q_rope and out given by row and head strides in elements, lse by a
+    !> row stride (kokkosmla.h; 0: contiguous), e.g. the two parts of one
+    !> projection p of C-order (B, Tq, H, D + Dr): q = p and q_rope = p + D
+    !> elements, both with strides H * (D + Dr) and D + Dr.
     function kokkosmla_cache_plan_execute_strided_f(plan, q, q_row_stride, q_head_stride, q_rope, &
                                                     q_rope_row_stride, q_rope_head_stride, cache, w_uk, w_uv, &
-                                                    out, lse) bind(c, name="kokkosmla_cache_plan_execute_strided_f")
+                                                    out, out_row_stride, out_head_stride, lse, lse_row_stride) &
+                                                    bind(c, name="kokkosmla_cache_plan_execute_strided_f")
       import :: c_ptr, c_int, c_int64_t, kokkosmla_cache
       type(c_ptr), value :: plan, q, q_rope
       integer(c_int64_t), value :: q_row_stride, q_head_stride, q_rope_row_stride, q_rope_head_stride
       type(kokkosmla_cache), intent(in) :: cache
       type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int64_t), value :: out_row_stride, out_head_stride, lse_row_stride
       integer(c_int) :: kokkosmla_cache_plan_execute_strided_f
     end function
 
     function kokkosmla_cache_plan_execute_strided_d(plan, q, q_row_stride, q_head_stride, q_rope, &
                                                     q_rope_row_stride, q_rope_head_stride, cache, w_uk, w_uv, &
-                                                    out, lse) bind(c, name="kokkosmla_cache_plan_execute_strided_d")
+                                                    out, out_row_stride, out_head_stride, lse, lse_row_stride) &
+                                                    bind(c, name="kokkosmla_cache_plan_execute_strided_d")
       import :: c_ptr, c_int, c_int64_t, kokkosmla_cache
       type(c_ptr), value :: plan, q, q_rope
       integer(c_int64_t), value :: q_row_stride, q_head_stride, q_rope_row_stride, q_rope_head_stride
       type(kokkosmla_cache), intent(in) :: cache
       type(c_ptr), value :: w_uk, w_uv, out, lse
+      integer(c_int64_t), value :: out_row_stride, out_head_stride, lse_row_stride
       integer(c_int) :: kokkosmla_cache_plan_execute_strided_d
     end function
 

@@ -33,7 +33,66 @@ struct ViewTypes {
   using Output = Kokkos::View<Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
 };
 
-/// The views of one prefill call, as a path runs it; lse may be null.
+/// A (B, T, H) or (B, T, H, width) array of any strides (row-major,
+/// LayoutLeft, a slice of a wider array), addressed where it lies by token
+/// row b * T + t and head, or by the flat row number (b * T + t) * H + h as
+/// kernels count rows. How lse is written, and merge_states' views read.
+template <class T>
+struct StridedRows {
+  T* ptr = nullptr;
+  std::int64_t batch = 0, queries = 1, heads = 1;                    ///< B, T, H
+  std::int64_t batch_stride = 0, query_stride = 0, head_stride = 1;  ///< in elements
+  std::int64_t column_stride = 1;                                    ///< within a row of width values
+  KOKKOS_INLINE_FUNCTION explicit operator bool() const { return ptr != nullptr; }
+  KOKKOS_INLINE_FUNCTION T* row(std::int64_t token_row, std::int64_t h) const {
+    return ptr + (token_row / queries) * batch_stride + (token_row % queries) * query_stride +
+           h * head_stride;
+  }
+  KOKKOS_INLINE_FUNCTION T& at(std::int64_t token_row, std::int64_t h) const { return *row(token_row, h); }
+  KOKKOS_INLINE_FUNCTION T& operator[](std::int64_t flat_row) const {
+    return at(flat_row / heads, flat_row % heads);
+  }
+};
+
+/// Where the kernels write each row's lse (B, T, H); empty: not asked for.
+template <class T>
+using LseRows = StridedRows<T>;
+
+/// The rows of a (B, T, H) or (B, T, H, width) view of any layout (empty
+/// for an empty view).
+template <class V>
+StridedRows<typename V::value_type> strided_rows(const V& v) {
+  static_assert(int(V::rank) == 3 || int(V::rank) == 4, "a (B, T, H) or (B, T, H, width) view");
+  if (v.size() == 0) return {};
+  StridedRows<typename V::value_type> r{v.data(),
+                                        std::int64_t(v.extent(0)),
+                                        std::int64_t(v.extent(1)),
+                                        std::int64_t(v.extent(2)),
+                                        std::int64_t(v.stride(0)),
+                                        std::int64_t(v.stride(1)),
+                                        std::int64_t(v.stride(2))};
+  if constexpr (int(V::rank) == 4) r.column_stride = std::int64_t(v.stride(3));
+  return r;
+}
+
+/// The lse rows of a (B, T, H) view of any layout (empty for an empty view).
+template <class V>
+LseRows<typename V::value_type> lse_rows(const V& v) {
+  static_assert(int(V::rank) == 3, "a (B, T, H) view");
+  return strided_rows(v);
+}
+
+/// The (B, T, H) view of lse rows.
+template <class MemSpace, class T>
+Kokkos::View<T***, Kokkos::LayoutStride, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>> lse_view(
+    const LseRows<T>& r) {
+  using View = Kokkos::View<T***, Kokkos::LayoutStride, MemSpace, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
+  auto n = [](std::int64_t x) { return std::size_t(x); };
+  return View(r.ptr, Kokkos::LayoutStride(n(r.batch), n(r.batch_stride), n(r.queries), n(r.query_stride),
+                                          n(r.heads), n(r.head_stride)));
+}
+
+/// The views of one prefill call, as a path runs it; lse may be empty.
 template <class Scalar, class MemSpace>
 struct PrefillViews {
   using Types = ViewTypes<Scalar, MemSpace>;
@@ -41,7 +100,7 @@ struct PrefillViews {
   typename Types::Latent latent;
   typename Types::ConstRank3 w_uk, w_uv;
   typename Types::Output out;
-  compute_type<Scalar>* lse = nullptr;
+  LseRows<compute_type<Scalar>> lse;
 };
 
 /// A prefill path planned for one problem (src/paths/): what a Plan holds.
@@ -53,6 +112,7 @@ struct ArgInfo {
   const char* name = "";
   int rank = 0;
   std::int64_t extent[4] = {0, 0, 0, 0};
+  std::int64_t stride[4] = {0, 0, 0, 0};  ///< in elements
   const void* data = nullptr;
   std::size_t bytes = 0;
   bool contiguous = true;
@@ -63,7 +123,10 @@ ArgInfo describe(const char* name, const V& v) {
   ArgInfo a;
   a.name = name;
   a.rank = int(V::rank);
-  for (int i = 0; i < a.rank && i < 4; ++i) a.extent[i] = std::int64_t(v.extent(i));
+  for (int i = 0; i < a.rank && i < 4; ++i) {
+    a.extent[i] = std::int64_t(v.extent(i));
+    a.stride[i] = std::int64_t(v.stride(i));
+  }
   a.data = v.data();
   a.bytes = v.span() * sizeof(typename V::value_type);
   a.contiguous = v.span_is_contiguous();
@@ -173,7 +236,7 @@ bool is_row_major(const V& v) {
 template <class MemSpace>
 class CopyBuffers {
  public:
-  static constexpr int kSlots = 6;
+  static constexpr int kSlots = 5;
   /// At least `bytes` of slot's buffer.
   void* storage(int slot, std::size_t bytes) const {
     Kokkos::View<char*, MemSpace>& b = buffers_[slot];
@@ -379,21 +442,22 @@ class Plan {
   using Call = Impl::PrefillViews<Scalar, memory_space>;
   template <class Q, class L, class WK, class WV, class O>
   static Call unmanaged(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
-                        compute_type<Scalar>* lse) {
+                        Impl::LseRows<compute_type<Scalar>> lse) {
     return {typename views::Queries(q),
             typename views::Latent(latent),
             typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
             typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-            typename views::Output(out), lse};
+            typename views::Output(out),
+            lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
 
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
   /// reads_in_place, the latent where it lies when reads_latent_in_place,
-  /// out where it lies when reads_rows_in_place, the others where they are
-  /// row-major without gaps; else copies in the plan's copy buffers (outputs
-  /// copied back).
+  /// out where it lies when reads_rows_in_place, lse where it lies (any
+  /// strides), the weights where they are row-major without gaps; else
+  /// copies in the plan's copy buffers (out copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
@@ -402,13 +466,10 @@ class Plan {
     const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
     const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
     const auto out_rows = Impl::output_rows(exec, out, &copies_, 4);
-    if constexpr (std::is_same<LS, NoLse>::value) {
-      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, nullptr));
-    } else {
-      const auto lse_rows = Impl::row_major(exec, *lse, false, &copies_, 5);
-      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, lse_rows.data()));
-      if (lse_rows.data() != lse->data()) Kokkos::deep_copy(exec, *lse, lse_rows);
-    }
+    if constexpr (std::is_same<LS, NoLse>::value)
+      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, {}));
+    else
+      run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, Impl::lse_rows(*lse)));
     if (out_rows.data() != out.data()) Kokkos::deep_copy(exec, out, out_rows);
   }
 

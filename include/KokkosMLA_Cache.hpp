@@ -48,7 +48,8 @@ struct LatentCache {
 /// where they lie when their heads are unit-stride and their rows evenly
 /// spaced and 16-byte aligned (such slices are); other views that are not
 /// row-major without gaps are read through row-major copies made per call
-/// (out and lse copied back); the cache, indices and offsets stay LayoutRight.
+/// (out copied back); lse is written where it lies at any strides; the
+/// cache, indices and offsets stay LayoutRight.
 template <class Scalar, class MemorySpace = Kokkos::DefaultExecutionSpace::memory_space,
           class Layout = Kokkos::LayoutRight>
 struct CacheArguments {
@@ -219,7 +220,8 @@ class CachePlan {
   /// evenly spaced and 16-byte aligned (slices of a wider projection, say);
   /// other views that are not row-major without gaps are copied into
   /// row-major buffers the plan allocates at the first call that needs them
-  /// and keeps (out and lse copied back), so later calls allocate nothing.
+  /// and keeps (out copied back), so later calls allocate nothing; lse is
+  /// written where it lies at any strides.
   template <class Layout, std::enable_if_t<!std::is_same<Layout, Kokkos::LayoutRight>::value, int> = 0>
   void execute(const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Layout>& args) const {
     execute_strided(exec, Impl::strided(args));

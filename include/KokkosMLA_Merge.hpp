@@ -14,10 +14,11 @@ namespace Impl {
 void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse_a, const ArgInfo& out_b,
                     const ArgInfo& lse_b, const ArgInfo& out, const ArgInfo& lse);
 
-/// The kernel on raw row-major data: rows = B * T * H rows of dim values.
+/// The kernel on the views where they lie: B * T * H rows of dim values.
 template <class Scalar, class ExecSpace>
-void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a, const Scalar* out_b,
-                const Scalar* lse_b, Scalar* out, Scalar* lse, std::int64_t rows, std::int64_t dim);
+void merge_rows(const ExecSpace& exec, StridedRows<const Scalar> out_a, StridedRows<const Scalar> lse_a,
+                StridedRows<const Scalar> out_b, StridedRows<const Scalar> lse_b, StridedRows<Scalar> out,
+                StridedRows<Scalar> lse, std::int64_t dim);
 
 }  // namespace Impl
 
@@ -34,9 +35,7 @@ void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a,
 /// pair) themselves, to accumulate in place; any other overlap is rejected. Asynchronous on exec; throws
 /// std::invalid_argument, before any launch, on mismatched extents.
 /// Views may be LayoutRight, LayoutLeft or LayoutStride (slices of wider
-/// arrays): those that are not row-major without gaps are read through
-/// row-major copies made per call (out and lse copied back; the call then
-/// waits for the copies to be read before it returns).
+/// arrays, of any strides): each is read and written where it lies.
 template <class ExecSpace, class OA, class LA, class OB, class LB, class O, class L,
           std::enable_if_t<Kokkos::is_execution_space<ExecSpace>::value, int> = 0>
 void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const OB& out_b, const LB& lse_b,
@@ -59,36 +58,23 @@ void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const
                        describe_any_layout("lse_a", lse_a), describe_any_layout("out_b", out_b),
                        describe_any_layout("lse_b", lse_b), describe_any_layout("out", out),
                        describe_any_layout("lse", lse));
-  // Named: the copies must live until the launches that read them are done.
-  const auto out_a_rows = Impl::row_major(exec, out_a, true);
-  const auto lse_a_rows = Impl::row_major(exec, lse_a, true);
-  const auto out_b_rows = Impl::row_major(exec, out_b, true);
-  const auto lse_b_rows = Impl::row_major(exec, lse_b, true);
-  const auto out_rows = Impl::row_major(exec, out, false);
-  const auto lse_rows = Impl::row_major(exec, lse, false);
-  Impl::merge_rows<Scalar, ExecSpace>(
-      exec, out_a_rows.data(), lse_a_rows.data(), out_b_rows.data(), lse_b_rows.data(), out_rows.data(),
-      lse_rows.data(),
-      std::int64_t(out.extent(0)) * std::int64_t(out.extent(1)) * std::int64_t(out.extent(2)),
-      std::int64_t(out.extent(3)));
-  if (out_rows.data() != out.data()) Kokkos::deep_copy(exec, out, out_rows);
-  if (lse_rows.data() != lse.data()) Kokkos::deep_copy(exec, lse, lse_rows);
-  if (out_a_rows.data() != out_a.data() || lse_a_rows.data() != lse_a.data() ||
-      out_b_rows.data() != out_b.data() || lse_b_rows.data() != lse_b.data() ||
-      out_rows.data() != out.data() || lse_rows.data() != lse.data())
-    exec.fence();  // copies are freed here
+  using Impl::strided_rows;
+  auto read = [](const auto& v) { return strided_rows(typename std::decay_t<decltype(v)>::const_type(v)); };
+  Impl::merge_rows<Scalar, ExecSpace>(exec, read(out_a), read(lse_a), read(out_b), read(lse_b),
+                                      strided_rows(out), strided_rows(lse), std::int64_t(out.extent(3)));
 }
 
-#define KOKKOSMLA_DECLARE_MERGE_INSTANCES(SPACE)                                                       \
-  extern template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*,        \
-                                                      const float*, const float*, float*, float*,      \
-                                                      std::int64_t, std::int64_t);                     \
-  extern template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*,     \
-                                                       const double*, const double*, double*, double*, \
-                                                       std::int64_t, std::int64_t);
-KOKKOSMLA_DECLARE_MERGE_INSTANCES(Kokkos::DefaultExecutionSpace)
+/// One instance of the merge kernel's launch (extern here, made in src/KokkosMLA_Merge.cpp).
+#define KOKKOSMLA_MERGE_INSTANCE(SCALAR, SPACE)                                                    \
+  template void Impl::merge_rows<SCALAR, SPACE>(                                                   \
+      const SPACE&, Impl::StridedRows<const SCALAR>, Impl::StridedRows<const SCALAR>,              \
+      Impl::StridedRows<const SCALAR>, Impl::StridedRows<const SCALAR>, Impl::StridedRows<SCALAR>, \
+      Impl::StridedRows<SCALAR>, std::int64_t);
+extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace) extern KOKKOSMLA_MERGE_INSTANCE(
+    double, Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
-KOKKOSMLA_DECLARE_MERGE_INSTANCES(Kokkos::DefaultHostExecutionSpace)
+    extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace) extern KOKKOSMLA_MERGE_INSTANCE(
+        double, Kokkos::DefaultHostExecutionSpace)
 #endif
 
 }  // namespace KokkosMLA

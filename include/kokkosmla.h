@@ -157,21 +157,24 @@ int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const
                              const float* w_uk, const float* w_uv, float* out);
 int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
                              const double* w_uk, const double* w_uv, double* out);
-/* As above with q (B, T, H, D) and the latent (B, S, R) given by strides in
-   elements: query t of sequence b, head h, starts q_row_stride * (b * T + t)
-   + q_head_stride * h elements from q, its D values contiguous (0, 0:
-   contiguous); latent row s of sequence b starts latent_row_stride * (b * S
-   + s) elements from latent, its R values contiguous (0: contiguous). The
-   first D columns of a (B, T, H, W) array have strides H * W and W; the
-   latent part of a (B, S, R + Dr) array has row stride R + Dr. Rows whose
-   start and strides are multiples of 16 bytes are read where they lie,
-   others copied. Rows or heads that would overlap are rejected. */
+/* As above with q and out (B, T, H, D) and the latent (B, S, R) given by
+   strides in elements: query t of sequence b, head h, starts q_row_stride *
+   (b * T + t) + q_head_stride * h elements from q, its D values contiguous
+   (0, 0: contiguous), and likewise its output in out; latent row s of
+   sequence b starts latent_row_stride * (b * S + s) elements from latent,
+   its R values contiguous (0: contiguous). The first D columns of a (B, T,
+   H, W) array have strides H * W and W; the latent part of a (B, S, R + Dr)
+   array has row stride R + Dr. Rows whose start and strides are multiples
+   of 16 bytes are read and written where they lie, others copied. Rows or
+   heads that would overlap are rejected. */
 int kokkosmla_plan_execute_strided_f(const kokkosmla_plan_f* plan, const float* q, int64_t q_row_stride,
                                      int64_t q_head_stride, const float* latent, int64_t latent_row_stride,
-                                     const float* w_uk, const float* w_uv, float* out);
+                                     const float* w_uk, const float* w_uv, float* out, int64_t out_row_stride,
+                                     int64_t out_head_stride);
 int kokkosmla_plan_execute_strided_d(const kokkosmla_plan_d* plan, const double* q, int64_t q_row_stride,
                                      int64_t q_head_stride, const double* latent, int64_t latent_row_stride,
-                                     const double* w_uk, const double* w_uv, double* out);
+                                     const double* w_uk, const double* w_uv, double* out,
+                                     int64_t out_row_stride, int64_t out_head_stride);
 /* The algorithm the plan runs (never KOKKOSMLA_AUTO), in *algorithm. */
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm);
 int kokkosmla_plan_algorithm_d(const kokkosmla_plan_d* plan, int* algorithm);
@@ -265,20 +268,24 @@ int kokkosmla_cache_plan_execute_f(const kokkosmla_cache_plan_f* plan, const flo
 int kokkosmla_cache_plan_execute_d(const kokkosmla_cache_plan_d* plan, const double* q, const double* q_rope,
                                    const kokkosmla_cache* cache, const double* w_uk, const double* w_uv,
                                    double* out, double* lse);
-/* As above with q and q_rope given by strides (as for
-   kokkosmla_plan_execute_strided): e.g. the two parts of one (B, Tq, H, D + Dr)
-   query projection p: q = p with strides H * (D + Dr) and D + Dr, q_rope =
-   p + D with the same strides. */
+/* As above with q, q_rope and out given by row and head strides (as for
+   kokkosmla_plan_execute_strided), e.g. the two parts of one (B, Tq, H, D +
+   Dr) query projection p: q = p with strides H * (D + Dr) and D + Dr, q_rope
+   = p + D with the same strides; and lse by a row stride: row (b * Tq + t)
+   starts lse_row_stride * (b * Tq + t) elements from lse, its H values
+   contiguous (0: H). lse is written where it lies at any row stride. */
 int kokkosmla_cache_plan_execute_strided_f(const kokkosmla_cache_plan_f* plan, const float* q,
                                            int64_t q_row_stride, int64_t q_head_stride, const float* q_rope,
                                            int64_t q_rope_row_stride, int64_t q_rope_head_stride,
                                            const kokkosmla_cache* cache, const float* w_uk, const float* w_uv,
-                                           float* out, float* lse);
+                                           float* out, int64_t out_row_stride, int64_t out_head_stride,
+                                           float* lse, int64_t lse_row_stride);
 int kokkosmla_cache_plan_execute_strided_d(const kokkosmla_cache_plan_d* plan, const double* q,
                                            int64_t q_row_stride, int64_t q_head_stride, const double* q_rope,
                                            int64_t q_rope_row_stride, int64_t q_rope_head_stride,
                                            const kokkosmla_cache* cache, const double* w_uk,
-                                           const double* w_uv, double* out, double* lse);
+                                           const double* w_uv, double* out, int64_t out_row_stride,
+                                           int64_t out_head_stride, double* lse, int64_t lse_row_stride);
 /* Parts each sequence's keys are split into, in *splits. */
 int kokkosmla_cache_plan_splits_f(const kokkosmla_cache_plan_f* plan, int* splits);
 int kokkosmla_cache_plan_splits_d(const kokkosmla_cache_plan_d* plan, int* splits);

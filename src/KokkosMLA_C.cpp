@@ -351,40 +351,57 @@ int create_plan(const char* caller, Handle** plan, const Extents& e, const kokko
       caller, plan, [&] { return checked_shape(e); }, opt);
 }
 
-/// Strides of a (B, T, H, width) query array in elements: row (b * T + t)
-/// and head h start row * (b * T + t) + head * h from the first element.
+/// Strides of a (B, T, H, width) array such as q or out, in elements: row
+/// (b * T + t) and head h start row * (b * T + t) + head * h from the first element.
 struct RowStrides {
   std::int64_t row = 0, head = 0;  ///< both 0: contiguous
 };
 
 template <class T>
-using StridedRows = Kokkos::View<const T****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
+using RowsView = Kokkos::View<T****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
 
-/// A query array with those strides as a LayoutStride view, its rows and
-/// heads checked not to overlap (errors name the array, e.g. "q").
+/// A (B, T, H, width) array with those strides as a LayoutStride view, its
+/// rows and heads checked not to overlap (errors name the array, e.g. "q").
 template <class T>
-StridedRows<T> query_rows(const std::string& name, const T* p, RowStrides s, std::int64_t B, std::int64_t Tq,
-                          std::int64_t H, std::int64_t width) {
+RowsView<T> strided_rows(const std::string& name, T* p, RowStrides s, std::int64_t B, std::int64_t Tq,
+                         std::int64_t H, std::int64_t width) {
   if (s.row == 0 && s.head == 0) s = {H * width, width};
   if (s.head < width || s.row < s.head * (H - 1) + width)
     invalid(name + "_row_stride = " + std::to_string(s.row) + " and " + name +
             "_head_stride = " + std::to_string(s.head) + " overlap its rows of " + std::to_string(H) +
             " heads of " + std::to_string(width) + " elements");
-  return StridedRows<T>(p, Kokkos::LayoutStride(B, Tq * s.row, Tq, s.row, H, s.head, width, 1));
+  return RowsView<T>(p, Kokkos::LayoutStride(B, Tq * s.row, Tq, s.row, H, s.head, width, 1));
+}
+
+/// A (B, Tq, H) lse array whose row b * Tq + t starts row_stride * (b * Tq +
+/// t) from p (0: H) as a LayoutStride view, its rows checked not to overlap.
+template <class T>
+using LseView = Kokkos::View<T***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
+
+template <class T>
+LseView<T> lse_rows(T* p, std::int64_t row_stride, const CacheShape& s) {
+  if (row_stride == 0) row_stride = s.heads;
+  if (row_stride < s.heads)
+    invalid("lse_row_stride = " + std::to_string(row_stride) + " overlaps its rows of " +
+            std::to_string(s.heads) + " heads");
+  return LseView<T>(p,
+                    Kokkos::LayoutStride(s.batch, s.queries * row_stride, s.queries, row_stride, s.heads, 1));
 }
 
 template <class T, class Handle>
 int execute_cache_plan(const char* caller, const Handle* plan, const T* q, RowStrides q_strides,
                        const T* q_rope, RowStrides rope_strides, const kokkosmla_cache* cache, const T* w_uk,
-                       const T* w_uv, T* out, T* lse) {
+                       const T* w_uv, T* out, RowStrides out_strides, T* lse, std::int64_t lse_row_stride) {
   return guarded(caller, [&] {
     require_pointer(plan, "plan");
     require_initialized();
     const CacheShape& s = plan->plan.shape();
     auto a = Impl::strided(cache_arguments(q, q_rope, cache, w_uk, w_uv, out, lse, s));
-    a.q = query_rows("q", q, q_strides, s.batch, s.queries, s.heads, s.head_dim);
+    a.q = strided_rows("q", q, q_strides, s.batch, s.queries, s.heads, s.head_dim);
     if (q_rope)
-      a.q_rope = query_rows("q_rope", q_rope, rope_strides, s.batch, s.queries, s.heads, s.rope_dim);
+      a.q_rope = strided_rows("q_rope", q_rope, rope_strides, s.batch, s.queries, s.heads, s.rope_dim);
+    a.out = strided_rows("out", out, out_strides, s.batch, s.queries, s.heads, s.head_dim);
+    if (lse) a.lse = lse_rows(lse, lse_row_stride, s);
     const Space exec;
     plan->plan.execute(exec, a);
     exec.fence();
@@ -402,22 +419,24 @@ StridedLatent<T> latent_rows(const T* p, std::int64_t row_stride, const Shape& s
   if (row_stride < s.latent_dim)
     invalid("latent_row_stride = " + std::to_string(row_stride) + " overlaps its rows of " +
             std::to_string(s.latent_dim) + " elements");
-  return StridedLatent<T>(p, Kokkos::LayoutStride(s.batch, s.keys * row_stride, s.keys, row_stride,
-                                                  s.latent_dim, 1));
+  return StridedLatent<T>(
+      p, Kokkos::LayoutStride(s.batch, s.keys * row_stride, s.keys, row_stride, s.latent_dim, 1));
 }
 
 template <class T, class Handle>
 int execute_plan(const char* caller, const Handle* plan, const T* q, RowStrides q_strides, const T* latent,
-                 std::int64_t latent_row_stride, const T* w_uk, const T* w_uv, T* out) {
+                 std::int64_t latent_row_stride, const T* w_uk, const T* w_uv, T* out,
+                 RowStrides out_strides) {
   return guarded(caller, [&] {
     require_pointer(plan, "plan");
     require_initialized();
     const Shape& s = plan->plan.shape();
     const Arguments<T> a(q, latent, w_uk, w_uv, out, s);
-    const auto q_view = query_rows("q", q, q_strides, s.batch, s.queries, s.heads, s.head_dim);
+    const auto q_view = strided_rows("q", q, q_strides, s.batch, s.queries, s.heads, s.head_dim);
     const auto latent_view = latent_rows(latent, latent_row_stride, s);
+    const auto out_view = strided_rows("out", out, out_strides, s.batch, s.queries, s.heads, s.head_dim);
     const Space exec;
-    plan->plan.execute(exec, q_view, latent_view, a.w_uk, a.w_uv, a.out);
+    plan->plan.execute(exec, q_view, latent_view, a.w_uk, a.w_uv, out_view);
     exec.fence();
   });
 }
@@ -571,26 +590,30 @@ int kokkosmla_plan_create_d(kokkosmla_plan_d** plan, int64_t B, int64_t T, int64
 
 int kokkosmla_plan_execute_f(const kokkosmla_plan_f* plan, const float* q, const float* latent,
                              const float* w_uk, const float* w_uv, float* out) {
-  return KokkosMLA::execute_plan("kokkosmla_plan_execute_f", plan, q, {}, latent, 0, w_uk, w_uv, out);
+  return KokkosMLA::execute_plan("kokkosmla_plan_execute_f", plan, q, {}, latent, 0, w_uk, w_uv, out, {});
 }
 
 int kokkosmla_plan_execute_d(const kokkosmla_plan_d* plan, const double* q, const double* latent,
                              const double* w_uk, const double* w_uv, double* out) {
-  return KokkosMLA::execute_plan("kokkosmla_plan_execute_d", plan, q, {}, latent, 0, w_uk, w_uv, out);
+  return KokkosMLA::execute_plan("kokkosmla_plan_execute_d", plan, q, {}, latent, 0, w_uk, w_uv, out, {});
 }
 
 int kokkosmla_plan_execute_strided_f(const kokkosmla_plan_f* plan, const float* q, int64_t q_row_stride,
                                      int64_t q_head_stride, const float* latent, int64_t latent_row_stride,
-                                     const float* w_uk, const float* w_uv, float* out) {
+                                     const float* w_uk, const float* w_uv, float* out, int64_t out_row_stride,
+                                     int64_t out_head_stride) {
   return KokkosMLA::execute_plan("kokkosmla_plan_execute_strided_f", plan, q, {q_row_stride, q_head_stride},
-                                 latent, latent_row_stride, w_uk, w_uv, out);
+                                 latent, latent_row_stride, w_uk, w_uv, out,
+                                 {out_row_stride, out_head_stride});
 }
 
 int kokkosmla_plan_execute_strided_d(const kokkosmla_plan_d* plan, const double* q, int64_t q_row_stride,
                                      int64_t q_head_stride, const double* latent, int64_t latent_row_stride,
-                                     const double* w_uk, const double* w_uv, double* out) {
+                                     const double* w_uk, const double* w_uv, double* out,
+                                     int64_t out_row_stride, int64_t out_head_stride) {
   return KokkosMLA::execute_plan("kokkosmla_plan_execute_strided_d", plan, q, {q_row_stride, q_head_stride},
-                                 latent, latent_row_stride, w_uk, w_uv, out);
+                                 latent, latent_row_stride, w_uk, w_uv, out,
+                                 {out_row_stride, out_head_stride});
 }
 
 int kokkosmla_plan_algorithm_f(const kokkosmla_plan_f* plan, int* algorithm) {
@@ -638,15 +661,17 @@ int kokkosmla_plan_destroy_d(kokkosmla_plan_d* plan) {
                                        const kokkosmla_cache* cache, const T* w_uk, const T* w_uv, T* out,   \
                                        T* lse) {                                                             \
     return KokkosMLA::execute_cache_plan("kokkosmla_cache_plan_execute_" #S, plan, q, {}, q_rope, {}, cache, \
-                                         w_uk, w_uv, out, lse);                                              \
+                                         w_uk, w_uv, out, {}, lse, 0);                                       \
   }                                                                                                          \
   int kokkosmla_cache_plan_execute_strided_##S(                                                              \
       const kokkosmla_cache_plan_##S* plan, const T* q, int64_t q_row_stride, int64_t q_head_stride,         \
       const T* q_rope, int64_t q_rope_row_stride, int64_t q_rope_head_stride, const kokkosmla_cache* cache,  \
-      const T* w_uk, const T* w_uv, T* out, T* lse) {                                                        \
-    return KokkosMLA::execute_cache_plan(                                                                    \
-        "kokkosmla_cache_plan_execute_strided_" #S, plan, q, {q_row_stride, q_head_stride}, q_rope,          \
-        {q_rope_row_stride, q_rope_head_stride}, cache, w_uk, w_uv, out, lse);                               \
+      const T* w_uk, const T* w_uv, T* out, int64_t out_row_stride, int64_t out_head_stride, T* lse,         \
+      int64_t lse_row_stride) {                                                                              \
+    return KokkosMLA::execute_cache_plan("kokkosmla_cache_plan_execute_strided_" #S, plan, q,                \
+                                         {q_row_stride, q_head_stride}, q_rope,                              \
+                                         {q_rope_row_stride, q_rope_head_stride}, cache, w_uk, w_uv, out,    \
+                                         {out_row_stride, out_head_stride}, lse, lse_row_stride);            \
   }                                                                                                          \
   int kokkosmla_cache_plan_splits_##S(const kokkosmla_cache_plan_##S* plan, int* splits) {                   \
     return KokkosMLA::plan_property("kokkosmla_cache_plan_splits_" #S, plan, splits, "splits",               \

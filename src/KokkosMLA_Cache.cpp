@@ -116,14 +116,13 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
     const ExecSpace& exec, const CacheArguments<Scalar, memory_space, Kokkos::LayoutStride>& a) const {
   using Impl::row_major;
   check(exec, a);
-  // The arguments as the paths read them: themselves where they can, else
-  // copies in the plan's buffers.
+  // The arguments as the paths read them: themselves where they can (lse
+  // always: the kernels write it at any strides), else copies in the plan's buffers.
   const auto q = Impl::rows_view(exec, a.q, &copies_, 0);
   const auto q_rope = Impl::rows_view(exec, a.q_rope, &copies_, 1);
   const auto w_uk = row_major(exec, a.w_uk, true, &copies_, 2);
   const auto w_uv = row_major(exec, a.w_uv, true, &copies_, 3);
   const auto out = Impl::output_rows(exec, a.out, &copies_, 4);
-  const auto lse = row_major(exec, a.lse, false, &copies_, 5);
   CacheArguments<Scalar, memory_space, Kokkos::LayoutStride> r;
   r.q = q;
   r.q_rope = q_rope;
@@ -131,13 +130,12 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   r.w_uk = w_uk;
   r.w_uv = w_uv;
   r.out = out;
-  r.lse = lse;
+  r.lse = a.lse;
   r.query_offsets = a.query_offsets;
   r.indices = a.indices;
   r.sinks = a.sinks;
   run(exec, r);
   if (out.data() != a.out.data()) Kokkos::deep_copy(exec, a.out, out);
-  if (lse.data() != a.lse.data()) Kokkos::deep_copy(exec, a.lse, lse);
 }
 
 template <class Scalar, class ExecSpace>
@@ -155,7 +153,7 @@ void CachePlan<Scalar, ExecSpace>::run(
     path_->run(exec, r);
   }
   if (a.sinks.size() > 0)
-    add_sinks(exec, head_rows(r.out), r.lse.data(), a.sinks.data(),
+    add_sinks(exec, head_rows(r.out), lse_rows(r.lse), a.sinks.data(),
               std::int64_t(r.out.extent(0) * r.out.extent(1) * r.out.extent(2)), shape_.heads,
               shape_.head_dim);
 }

@@ -8,24 +8,22 @@ namespace KokkosMLA {
 namespace Impl {
 
 template <class Scalar, class ExecSpace>
-void merge_rows(const ExecSpace& exec, const Scalar* out_a, const Scalar* lse_a, const Scalar* out_b,
-                const Scalar* lse_b, Scalar* out, Scalar* lse, std::int64_t rows, std::int64_t dim) {
+void merge_rows(const ExecSpace& exec, StridedRows<const Scalar> out_a, StridedRows<const Scalar> lse_a,
+                StridedRows<const Scalar> out_b, StridedRows<const Scalar> lse_b, StridedRows<Scalar> out,
+                StridedRows<Scalar> lse, std::int64_t dim) {
   const MergeKernel<ExecSpace, Scalar> k{out_a, lse_a, out_b, lse_b, out, lse, dim};
+  const std::int64_t rows = out.batch * out.queries * out.heads;
   Kokkos::parallel_for("KokkosMLA::merge_states",
                        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows), k);
 }
 
 }  // namespace Impl
 
-#define KOKKOSMLA_INSTANTIATE_MERGE(SPACE)                                                                 \
-  template void Impl::merge_rows<float, SPACE>(const SPACE&, const float*, const float*, const float*,     \
-                                               const float*, float*, float*, std::int64_t, std::int64_t);  \
-  template void Impl::merge_rows<double, SPACE>(const SPACE&, const double*, const double*, const double*, \
-                                                const double*, double*, double*, std::int64_t,             \
-                                                std::int64_t);
-KOKKOSMLA_INSTANTIATE_MERGE(Kokkos::DefaultExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultExecutionSpace)
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
-KOKKOSMLA_INSTANTIATE_MERGE(Kokkos::DefaultHostExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultHostExecutionSpace)
 #endif
 
 }  // namespace KokkosMLA

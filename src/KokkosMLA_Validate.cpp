@@ -210,8 +210,11 @@ void validate_merge(const char* caller, const ArgInfo& out_a, const ArgInfo& lse
     require_equal(caller, lse, i, out_a, i);
   }
   // Each element is read before it is written, by the same thread: writing
-  // over an input in place is safe, any other overlap is not.
-  auto same = [](const ArgInfo& a, const ArgInfo& b) { return a.data == b.data && a.bytes == b.bytes; };
+  // over an input in place (the same view: data and strides) is safe, any
+  // other overlap is not.
+  auto same = [](const ArgInfo& a, const ArgInfo& b) {
+    return a.data == b.data && a.bytes == b.bytes && std::equal(a.stride, a.stride + a.rank, b.stride);
+  };
   for (const ArgInfo* a : {&out_a, &lse_a, &out_b, &lse_b})
     for (const ArgInfo* result : {&out, &lse})
       if (overlaps(*result, *a) && !same(*result, *a))

@@ -170,8 +170,8 @@ TYPED_TEST(AttentionTyped, DecompressedOnEveryBlockedTileMatchesReference) {
 TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
   std::map<Path, int> ran;
   for (const Shape& s : kShapes)
-    for (Path path :
-         {Path::DecompressedHost, Path::DecompressedGemm, Path::DecompressedBlocked, Path::DecompressedPortable})
+    for (Path path : {Path::DecompressedHost, Path::DecompressedGemm, Path::DecompressedBlocked,
+                      Path::DecompressedPortable})
       for (bool causal : {true, false}) {
         SCOPED_TRACE(to_string(path) + " causal=" + std::to_string(causal));
         Options opt;
@@ -392,19 +392,10 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
   });
 }
 
-// out as 16-byte aligned columns of a wider array (a slice of an
-// application's larger buffer) is written where it lies by every prefill path
-// this backend has: nothing allocated for it, the contiguous out's bits, and
-// the gaps between its rows untouched. A LayoutLeft out goes through a buffer
-// the plan makes once and keeps.
-TYPED_TEST(AttentionTyped, AlignedOutputSlicesAreWrittenInPlace) {
-  using T = TypeParam;
-  const Shape s{2, 9, 11, 3, 8, 12};
-  Problem<T> p(s, 31);
-  const auto slice = in_layout(p.out, Layout::Aligned), left = in_layout(p.out, Layout::Left);
-  EXPECT_TRUE(Impl::reads_rows_in_place(slice));
-  EXPECT_FALSE(Impl::reads_rows_in_place(left));
-  const std::size_t gaps = count_in_reach(slice, T(-7));
+/// Calls run(plan) with a plan of s for every prefill path this backend
+/// has; returns how many.
+template <class T, class Run>
+int for_each_prefill_path(const Shape& s, Run run) {
   int paths = 0;
   for (Path path : {Path::Fused, Path::Absorbed, Path::DecompressedHost, Path::DecompressedGemm,
                     Path::DecompressedBlocked, Path::DecompressedPortable}) {
@@ -418,14 +409,33 @@ TYPED_TEST(AttentionTyped, AlignedOutputSlicesAreWrittenInPlace) {
       continue;  // not a path of this backend
     }
     ++paths;
-    plan->execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+    run(*plan);
+  }
+  return paths;
+}
+
+// out as 16-byte aligned columns of a wider array (a slice of an
+// application's larger buffer) is written where it lies by every prefill path
+// this backend has: nothing allocated for it, the contiguous out's bits, and
+// the gaps between its rows untouched. A LayoutLeft out goes through a buffer
+// the plan makes once and keeps.
+TYPED_TEST(AttentionTyped, AlignedOutputSlicesAreWrittenInPlace) {
+  using T = TypeParam;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 31);
+  const auto slice = in_layout(p.out, Layout::Aligned), left = in_layout(p.out, Layout::Left);
+  EXPECT_TRUE(Impl::reads_rows_in_place(slice));
+  EXPECT_FALSE(Impl::reads_rows_in_place(left));
+  const std::size_t gaps = count_in_reach(slice, T(-7));
+  const int paths = for_each_prefill_path<T>(s, [&](const Plan<T, Space>& plan) {
+    plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
     const std::vector<double> want = Problem<T>::host_copy(p.out);
     auto copies_writing_into = [&](const auto& out) {
       Problem<T>::poison(out);
       Recorder r;
       {
         Recording recording(r);
-        plan->execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, out);
+        plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, out);
         Space().fence();
       }
       EXPECT_EQ(row_values(out), want);
@@ -435,7 +445,41 @@ TYPED_TEST(AttentionTyped, AlignedOutputSlicesAreWrittenInPlace) {
     EXPECT_EQ(count_in_reach(slice, T(-7)), gaps) << "a gap was written";
     EXPECT_EQ(copies_writing_into(left), 1u);
     EXPECT_EQ(copies_writing_into(left), 0u) << "the plan keeps its copy buffer";
-  }
+  });
+  EXPECT_GE(paths, 4);
+}
+
+// lse of every layout (LayoutLeft, a slice of a wider array with odd padding
+// in every dimension, aligned leading columns) is written where it lies by
+// every prefill path this backend has: nothing allocated, the contiguous
+// lse's bits, the gaps untouched.
+TYPED_TEST(AttentionTyped, LseOfEveryLayoutIsWrittenWhereItLies) {
+  using T = TypeParam;
+  using C = compute_type<T>;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 37);
+  Kokkos::View<C***, Kokkos::LayoutRight, Space> lse("lse", s.batch, s.queries, s.heads);
+  const int paths = for_each_prefill_path<T>(s, [&](const Plan<T, Space>& plan) {
+    plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse);
+    const std::vector<double> want = Problem<T>::host_copy(p.out), want_lse = Problem<T>::host_copy(lse);
+    for (Layout layout : {Layout::Left, Layout::Strided, Layout::Aligned}) {
+      SCOPED_TRACE(to_string(layout));
+      const auto lse_in_layout = in_layout(lse, layout);
+      const std::size_t gaps = count_in_reach(lse_in_layout, C(-7));
+      Kokkos::deep_copy(lse_in_layout, C(std::nan("")));
+      Problem<T>::poison(p.out);
+      Recorder r;
+      {
+        Recording recording(r);
+        plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse_in_layout);
+        Space().fence();
+      }
+      EXPECT_EQ(row_values(lse_in_layout), want_lse);
+      EXPECT_EQ(Problem<T>::host_copy(p.out), want);
+      EXPECT_EQ(count_in_reach(lse_in_layout, C(-7)), gaps) << "a gap was written";
+      EXPECT_EQ(allocations_named(r, "KokkosMLA::layout_copies"), 0u);
+    }
+  });
   EXPECT_GE(paths, 4);
 }
 
@@ -475,7 +519,7 @@ void check_blocked_layout(const Impl::FlashGrid& grid, int launch_threads, const
            k.data(),
            v.data(),
            Impl::packed_rows(out.data(), H, D),
-           lse.data(),
+           Impl::lse_rows(Kokkos::View<double***, Kokkos::HostSpace>(lse.data(), B, T, H)),
            B,
            T,
            S,

@@ -167,6 +167,30 @@ static void place_rows(double* wide, const double* rows, int64_t n_rows, int64_t
     memcpy(wide + r * stride + at, rows + r * width, (size_t)width * sizeof(double));
 }
 
+/* Whether columns at .. at + width - 1 of rows of `stride` values hold the
+   n_rows rows of `rows` exactly, and every other element `gap`. */
+static int holds_rows(const double* wide, const double* rows, int64_t n_rows, int64_t width, int64_t stride,
+                      int64_t at, double gap) {
+  int64_t r, j;
+  for (r = 0; r < n_rows; ++r)
+    for (j = 0; j < stride; ++j) {
+      const double want = j >= at && j < at + width ? rows[r * width + j - at] : gap;
+      if (wide[r * stride + j] != want) return 0;
+    }
+  return 1;
+}
+
+/* n device values, all x. */
+static double* device_filled(size_t n, double x) {
+  double* host = malloc(n * sizeof(double));
+  double* device;
+  size_t i;
+  for (i = 0; i < n; ++i) host[i] = x;
+  device = to_device(host, n);
+  free(host);
+  return device;
+}
+
 /* Max difference between the device out and the reference for opt. */
 static double error_of(const problem* p, const kokkosmla_options* opt) {
   const size_t n = q_size(p->s);
@@ -231,10 +255,12 @@ static void test_plan(void) {
   EXPECT_ERROR(kokkosmla_plan_execute_d(plan, p.dq, NULL, p.dw_uk, p.dw_uv, p.dout),
                KOKKOSMLA_ERROR_INVALID_ARGUMENT, "latent is NULL");
   {
-    /* q as the first D columns of a (B, T, H, W) array and the latent as the
-       first R columns of a (B, S, L) one, given by strides: the contiguous
-       result bit for bit, read in place (W and L even: 16-byte rows) or
-       copied (W and L odd). Overlapping heads or rows are rejected. */
+    /* q as the first D columns of a (B, T, H, W) array, the latent as the
+       first R columns of a (B, S, L) one and out as the first D columns of
+       another (B, T, H, W) array, given by strides: the contiguous result
+       bit for bit, in place (W and L even: 16-byte rows) or through copies
+       (W and L odd), out's other columns untouched. Overlapping heads or
+       rows are rejected. */
     const int64_t rows = s.B * s.T * s.H, latent_rows = s.B * s.S;
     double* want = host_copy_of(p.dout, q_size(s));
     int64_t W;
@@ -242,27 +268,31 @@ static void test_plan(void) {
       const int64_t L = s.R + W - s.D - 1;
       double* wide = calloc((size_t)(rows * W), sizeof(double));
       double* wide_latent = calloc((size_t)(latent_rows * L), sizeof(double));
-      double *dwide, *dwide_latent;
+      double *dwide, *dwide_latent, *dwide_out = device_filled((size_t)(rows * W), -1);
       double* got;
       place_rows(wide, p.q, rows, s.D, W, 0);
       place_rows(wide_latent, p.latent, latent_rows, s.R, L, 0);
       dwide = to_device(wide, (size_t)(rows * W));
       dwide_latent = to_device(wide_latent, (size_t)(latent_rows * L));
       CHECK(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, dwide_latent, L, p.dw_uk, p.dw_uv,
-                                             p.dout) == KOKKOSMLA_SUCCESS);
-      got = host_copy_of(p.dout, q_size(s));
-      CHECK(max_difference(got, want, q_size(s)) == 0);
+                                             dwide_out, s.H * W, W) == KOKKOSMLA_SUCCESS);
+      got = host_copy_of(dwide_out, (size_t)(rows * W));
+      CHECK(holds_rows(got, want, rows, s.D, W, 0, -1));
       EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, s.D - 1, p.dlatent, 0, p.dw_uk,
-                                                    p.dw_uv, p.dout),
+                                                    p.dw_uv, p.dout, 0, 0),
                    KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_head_stride = 3");
       EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, dwide_latent, s.R - 1, p.dw_uk,
-                                                    p.dw_uv, p.dout),
+                                                    p.dw_uv, p.dout, 0, 0),
                    KOKKOSMLA_ERROR_INVALID_ARGUMENT, "latent_row_stride = 4 overlaps");
+      EXPECT_ERROR(kokkosmla_plan_execute_strided_d(plan, dwide, s.H * W, W, dwide_latent, L, p.dw_uk,
+                                                    p.dw_uv, dwide_out, s.H * W, s.D - 1),
+                   KOKKOSMLA_ERROR_INVALID_ARGUMENT, "out_head_stride = 3");
       free(got);
       free(wide);
       free(wide_latent);
       CHECK(kokkosmla_free(dwide) == KOKKOSMLA_SUCCESS);
       CHECK(kokkosmla_free(dwide_latent) == KOKKOSMLA_SUCCESS);
+      CHECK(kokkosmla_free(dwide_out) == KOKKOSMLA_SUCCESS);
     }
     free(want);
   }
@@ -506,25 +536,37 @@ static void test_cache_double(cache_shape c) {
   }
 
   /* q and q_rope as the two parts of one (B, Tq, H, D + Dr) projection,
-     given by strides: the same result bit for bit. */
+     out as the first D columns of another, lse with a gap after each token's
+     H values, given by strides: the same results bit for bit, the gaps untouched. */
   if (c.Dr > 0) {
-    const int64_t P = c.D + c.Dr;
+    const int64_t P = c.D + c.Dr, tokens = (int64_t)nrows / c.H;
     double* projection = calloc(nrows * (size_t)P, sizeof(double));
-    double* dprojection;
-    double* got;
+    double *dprojection, *dwide_out = device_filled(nrows * (size_t)P, -1);
+    double* dwide_lse = device_filled((size_t)(tokens * (c.H + 1)), -1);
+    double *got, *got_lse;
     place_rows(projection, q, (int64_t)nrows, c.D, P, 0);
     place_rows(projection, q_rope, (int64_t)nrows, c.Dr, P, c.D);
     dprojection = to_device(projection, nrows * (size_t)P);
     CHECK(kokkosmla_cache_plan_execute_strided_d(plan, dprojection, c.H * P, P, dprojection + c.D, c.H * P, P,
-                                                 &cache, dw_uk, dw_uv, dout, dlse) == KOKKOSMLA_SUCCESS);
-    got = host_copy_of(dout, nq);
-    CHECK(max_difference(got, out, nq) == 0);
+                                                 &cache, dw_uk, dw_uv, dwide_out, c.H * P, P, dwide_lse,
+                                                 c.H + 1) == KOKKOSMLA_SUCCESS);
+    got = host_copy_of(dwide_out, nrows * (size_t)P);
+    got_lse = host_copy_of(dwide_lse, (size_t)(tokens * (c.H + 1)));
+    CHECK(holds_rows(got, out, (int64_t)nrows, c.D, P, 0, -1));
+    CHECK(holds_rows(got_lse, lse, tokens, c.H, c.H + 1, 0, -1));
     EXPECT_ERROR(kokkosmla_cache_plan_execute_strided_d(plan, dprojection, c.H * P, P, dprojection + c.D, 0,
-                                                        P, &cache, dw_uk, dw_uv, dout, dlse),
+                                                        P, &cache, dw_uk, dw_uv, dout, 0, 0, dlse, 0),
                  KOKKOSMLA_ERROR_INVALID_ARGUMENT, "q_rope_row_stride = 0");
+    EXPECT_ERROR(
+        kokkosmla_cache_plan_execute_strided_d(plan, dprojection, c.H * P, P, dprojection + c.D, c.H * P, P,
+                                               &cache, dw_uk, dw_uv, dout, 0, 0, dlse, c.H - 1),
+        KOKKOSMLA_ERROR_INVALID_ARGUMENT, "lse_row_stride");
     free(got);
+    free(got_lse);
     free(projection);
     CHECK(kokkosmla_free(dprojection) == KOKKOSMLA_SUCCESS);
+    CHECK(kokkosmla_free(dwide_out) == KOKKOSMLA_SUCCESS);
+    CHECK(kokkosmla_free(dwide_lse) == KOKKOSMLA_SUCCESS);
   }
 
   /* The one-call form gives the same; four forced splits agree within rounding. */

@@ -369,8 +369,8 @@ std::vector<CacheCase> cases() {
 
 /// The paths of dense attention over a native cache, each forced in turn by
 /// the tests of every path (those a backend lacks are skipped).
-const std::vector<Path> kDensePaths = {Path::CacheHost, Path::CacheGemm, Path::CacheBlocked, Path::CacheRegisters,
-                                       Path::CacheLatent};
+const std::vector<Path> kDensePaths = {Path::CacheHost, Path::CacheGemm, Path::CacheBlocked,
+                                       Path::CacheRegisters, Path::CacheLatent};
 
 template <class T>
 class Cache : public ::testing::Test {};
@@ -1101,10 +1101,11 @@ TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
     }
 }
 
-// out as 16-byte aligned columns of a wider array is written where it lies
-// by every cache path this backend has, over paged and contiguous caches,
-// with sinks or not, split or not: nothing allocated for it, the contiguous
-// out's bits, the gaps between its rows untouched.
+// out as 16-byte aligned columns of a wider array, and lse in every layout
+// (LayoutLeft, slices of wider arrays), are written where they lie by every
+// cache path this backend has, over paged and contiguous caches, with sinks
+// or not, split or not: nothing allocated for them, the contiguous out's and
+// lse's bits, the gaps between their rows untouched.
 TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
   using T = TypeParam;
   std::uint64_t seed = 970;
@@ -1130,11 +1131,17 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
           }
           ++runs;
           plan->execute(Space(), a);
-          const std::vector<double> want = Problem<T>::host_copy(a.out);
+          const std::vector<double> want = Problem<T>::host_copy(a.out),
+                                    want_lse = Problem<T>::host_copy(a.lse);
+          const Layout lse_layout = kLayouts[runs % std::size(kLayouts)];
+          SCOPED_TRACE("lse " + to_string(lse_layout));
           auto s = Impl::strided(a);
           s.out = in_layout(a.out, Layout::Aligned);
+          s.lse = in_layout(a.lse, lse_layout);
           const std::size_t gaps = count_in_reach(s.out, T(-7));
+          const std::size_t lse_gaps = count_in_reach(s.lse, compute_type<T>(-7));
           Problem<T>::poison(s.out);
+          Kokkos::deep_copy(s.lse, compute_type<T>(std::nan("")));
           Recorder r;
           {
             Recording recording(r);
@@ -1142,7 +1149,9 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
             Space().fence();
           }
           EXPECT_EQ(row_values(s.out), want);
+          EXPECT_EQ(row_values(s.lse), want_lse);
           EXPECT_EQ(count_in_reach(s.out, T(-7)), gaps) << "a gap was written";
+          EXPECT_EQ(count_in_reach(s.lse, compute_type<T>(-7)), lse_gaps) << "a gap of lse was written";
           EXPECT_EQ(allocations_named(r, "KokkosMLA::layout_copies"), 0u);
         }
   EXPECT_GE(runs, 16);

@@ -2,6 +2,7 @@
 // disjoint key sets combine into the result over all keys.
 
 #include "Reference.hpp"
+#include "ToolsRecorder.hpp"
 
 #include <functional>
 #include <limits>
@@ -199,7 +200,9 @@ TYPED_TEST(Merge, FormulaAndEmptySides) {
 // merge_states on views of every layout (LayoutLeft copies, slices of wider
 // arrays with odd padding, mixed within one call), into fresh outputs and in
 // place (out and lse the a pair itself), gives the row-major result bit for
-// bit and leaves the slices' padding alone.
+// bit, where the views lie (one kernel, nothing allocated), and leaves the
+// slices' padding alone. The a pair's memory under other strides is not the
+// a pair itself, and is rejected as an output.
 TYPED_TEST(Merge, EveryLayoutEqualsRowMajor) {
   using T = TypeParam;
   const std::int64_t B = 2, Tq = 3, H = 5, D = 7;
@@ -224,7 +227,13 @@ TYPED_TEST(Merge, EveryLayoutEqualsRowMajor) {
     const auto lse = in_layout(l, other);
     Kokkos::deep_copy(out, T(std::nan("")));
     Kokkos::deep_copy(lse, T(std::nan("")));
-    merge_states(Space(), a, a_lse, b, b_lse, out, lse);
+    Recorder r;
+    {
+      Recording recording(r);
+      merge_states(Space(), a, a_lse, b, b_lse, out, lse);
+    }
+    EXPECT_EQ(r.kernels, std::vector<std::string>{"KokkosMLA::merge_states"});
+    EXPECT_TRUE(r.allocations.empty()) << joined(r.allocations);
     EXPECT_EQ(row_values(out), want);
     EXPECT_EQ(row_values(lse), want_lse);
     merge_states(Space(), a, a_lse, b, b_lse, a, a_lse);  // in place
@@ -234,6 +243,10 @@ TYPED_TEST(Merge, EveryLayoutEqualsRowMajor) {
       EXPECT_EQ(count_in_reach(a, T(-7)), reach(a) - a.size());
     }
   }
+  using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
+  const Kokkos::View<T****, Kokkos::LayoutLeft, Space, Unmanaged> oa_left(oa.data(), B, Tq, H, D);
+  expect_rejected<T>([&] { merge_states(Space(), oa, la, ob, lb, oa_left, la); },
+                     {"KokkosMLA::merge_states", "out partly overlaps out_a (2, 3, 5, 7)"}, oa);
 }
 
 // Views whose strides are those of a contiguous row-major array are read in

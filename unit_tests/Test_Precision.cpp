@@ -283,7 +283,7 @@ TYPED_TEST(HalfPrecision, TensorKernelGroupingChangesNothing) {
              k.data(),
              v.data(),
              Impl::packed_rows(p.out.data(), s.heads, s.head_dim),
-             nullptr,
+             {},
              s.batch,
              s.queries,
              s.keys,

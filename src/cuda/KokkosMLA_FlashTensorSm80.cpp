@@ -15,7 +15,7 @@ namespace {
 
 template <class T, int D, class Products = T>
 void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal,
-                         HeadRows<const T> q, const T* k, const T* v, HeadRows<T> out, float* lse) {
+                         HeadRows<const T> q, const T* k, const T* v, HeadRows<T> out, LseRows<float> lse) {
   using Kernel = FlashTensorKernel<T, D, Products>;
   Kernel f{q, k, v, out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
   f.head_group = Kernel::head_group_for(s.keys);
@@ -26,7 +26,7 @@ void launch_flash_tensor(const Kokkos::Cuda& exec, const Shape& s, float scale, 
 /// The kernel for the problem's head dimension, 64 or 128.
 template <class T, class Products = T>
 void launch_for_head_dim(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal,
-                         HeadRows<const T> q, const T* k, const T* v, HeadRows<T> out, float* lse) {
+                         HeadRows<const T> q, const T* k, const T* v, HeadRows<T> out, LseRows<float> lse) {
   if (s.head_dim == 64)
     launch_flash_tensor<T, 64, Products>(exec, s, scale, causal, q, k, v, out, lse);
   else

@@ -76,7 +76,7 @@ struct DecodeOperands {
   ListedKeys listed;                  // Listed (sparse attention): each query token's keys as a sequence
   Scalar* oa;                         // (B, Tq, H, R), with one part
   float* parts;                       // (splits, B Tq H, R) then (splits, B Tq H) lse, with several
-  float* lse;                         // (B, Tq, H) or null, with one part
+  LseRows<float> lse;                 // (B, Tq, H) or empty, with one part
   std::int64_t batch, queries, heads;
   int splits = 1;
   float scale;
@@ -542,7 +542,7 @@ struct DecodeMergeKernel {
 
   const float* parts;  // (splits, rows, R) then (splits, rows) lse
   T* oa;               // (rows, R)
-  float* lse;          // (rows) or null
+  LseRows<float> lse;  // (rows) or empty
   std::int64_t rows;
   int splits;
   int scratch_level = 0;
@@ -631,7 +631,7 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
   }
   k.oa = qa;  // each team reads its rows' qa before it writes their oa
   k.parts = parts;
-  k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+  k.lse = lse_rows(a.lse);
   const CacheShape kernel_shape = decode_shape(s);
   k.listed = listed;
   k.batch = kernel_shape.batch;

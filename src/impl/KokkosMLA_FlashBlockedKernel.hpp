@@ -73,7 +73,7 @@ struct FlashBlockedKernel {
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
   HeadRows<T> out;      // (B, T, H, D)
-  T* lse;               // (B, T, H), or null when not asked for
+  LseRows<T> lse;       // (B, T, H), or empty when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashGrid grid;
   T scale;
@@ -299,7 +299,7 @@ struct FlashBlockedKernel {
       }
       // The log of the row's softmax denominator in unshifted terms, as
       // merging partial results over disjoint key sets needs.
-      if (lse && tc == 0) lse[t * heads + h] = softmax_lse(row_max[m], sum);
+      if (lse && tc == 0) lse.at(t, h) = softmax_lse(row_max[m], sum);
     }
   }
 

@@ -26,7 +26,7 @@ struct FlashHostKernel {
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
   HeadRows<T> out;      // (B, T, H, D)
-  T* lse;               // (B, T, H), or null when not asked for
+  LseRows<T> lse;       // (B, T, H), or empty when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   T scale;
   bool causal;
@@ -80,7 +80,7 @@ struct FlashHostKernel {
     for (int i = 0; i < rows; ++i) {
       const std::int64_t token = b * queries + t0 + i;
       f.finish_row(t, i, out.at(token, h));
-      if (lse) lse[token * heads + h] = reported_lse(Flash::row_lse(t, i));
+      if (lse) lse.at(token, h) = reported_lse(Flash::row_lse(t, i));
     }
   }
 };

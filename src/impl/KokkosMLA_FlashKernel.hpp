@@ -26,7 +26,7 @@ struct FlashAttentionKernel {
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
   HeadRows<T> out;      // (B, T, H, D)
-  T* lse;               // (B, T, H), or null when not asked for
+  LseRows<T> lse;       // (B, T, H), or empty when not asked for
   std::int64_t batch, queries, keys, heads, dim;
   FlashTiles tiles;
   T scale;
@@ -97,9 +97,9 @@ struct FlashAttentionKernel {
     }
     softmax_normalize(team, rows, d, os, st);
     if (lse) {
-      T* const lse_rows = lse + (b * queries + t0) * heads + h;  // row i is token t0 + i
-      const std::int64_t h_count = heads;
-      softmax_log_sum_exp(team, rows, st, [=](int i) -> T& { return lse_rows[i * h_count]; });
+      const LseRows<T> lse_of = lse;  // row i is token t0 + i
+      const std::int64_t token = b * queries + t0;
+      softmax_log_sum_exp(team, rows, st, [=](int i) -> T& { return lse_of.at(token + i, h); });
     }
     team_copy(team, rows, d, Mat<const T>{os.ptr, os.ld}, Mat<T>{out.at(b * queries + t0, h), out.row});
   }

@@ -46,7 +46,7 @@ struct FlashOperands {
   const T* k;           // (B, S, H, D)
   const T* v;           // (B, S, H, D)
   HeadRows<T> out;      // (B, T, H, D)
-  float* lse;           // (B, T, H), or null when not asked for
+  LseRows<float> lse;   // (B, T, H), or empty when not asked for
   std::int64_t batch, queries, keys, heads;
   float scale;
   bool causal;
@@ -269,7 +269,7 @@ struct FlashTensorKernel : FlashOperands<T, D> {
       for (int n = 0; n < kOutTiles; ++n)
         Ops::store(reinterpret_cast<Element*>(out.at(b * queries + row, h)) + n * 8 + 2 * t, o[n][2 * r] * inv,
                    o[n][2 * r + 1] * inv);
-      if (lse && t == 0) lse[(b * queries + row) * heads + h] = m[r] * 0.6931471805599453f + logf(l[r]);
+      if (lse && t == 0) lse.at(b * queries + row, h) = m[r] * 0.6931471805599453f + logf(l[r]);
     }
   }
 #endif

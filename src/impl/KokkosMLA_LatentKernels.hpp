@@ -134,7 +134,7 @@ struct LatentKernel {
   const T* w_uk = nullptr;  // (R, H, D)
   const T* w_uv = nullptr;  // (R, H, D)
   HeadRows<T> out;          // (B, T, H, D)
-  T* lse = nullptr;         // (B, T, H), or null when not asked for
+  LseRows<T> lse;           // (B, T, H), or empty when not asked for
   // Absorbed: (B, T, H, R), qa after Absorb, oa after Attend (in place).
   // Merge: (B, T, H, R), the merged oa.
   T* workspace = nullptr;

@@ -15,25 +15,24 @@ namespace Impl {
 
 template <class ExecSpace, class T>
 struct MergeKernel {
-  // Not restrict: out and lse may be out_a / lse_a (or the b pair).
-  const T* out_a;  // (rows, dim)
-  const T* lse_a;  // (rows)
-  const T* out_b;
-  const T* lse_b;
-  T* out;
-  T* lse;
+  // Any strides. out and lse may be out_a / lse_a (or the b pair) themselves.
+  StridedRows<const T> out_a, lse_a, out_b, lse_b;  // (B, T, H, dim), (B, T, H)
+  StridedRows<T> out, lse;
   std::int64_t dim;
 
   KOKKOS_INLINE_FUNCTION void operator()(const std::int64_t row) const {
     const T la = lse_a[row], lb = lse_b[row];
-    const std::int64_t at = row * dim;
     LseMerge<T> merge;
     merge.see(la);
     merge.see(lb);
     const T wa = merge.add(la), wb = merge.add(lb);
     const T ca = merge.share(wa), cb = merge.share(wb);
+    const T* const a = out_a.row(row / out.heads, row % out.heads);
+    const T* const b = out_b.row(row / out.heads, row % out.heads);
+    T* const o = out.row(row / out.heads, row % out.heads);
     for (std::int64_t j = 0; j < dim; ++j)
-      out[at + j] = side(la, ca, out_a[at + j]) + side(lb, cb, out_b[at + j]);
+      o[j * out.column_stride] =
+          side(la, ca, a[j * out_a.column_stride]) + side(lb, cb, b[j * out_b.column_stride]);
     lse[row] = merge.lse();
   }
 
@@ -53,7 +52,7 @@ struct MergeKernel {
 template <class T, class C>
 struct SinkKernel {
   HeadRows<T> out;  // (tokens, heads, dim)
-  C* lse;           // (rows = tokens x heads)
+  LseRows<C> lse;   // (tokens, heads)
   const C* sinks;   // (heads); row r is head r % heads
   std::int64_t heads, dim;
 
@@ -74,7 +73,7 @@ struct SinkKernel {
 };
 
 template <class ExecSpace, class T, class C>
-void add_sinks(const ExecSpace& exec, HeadRows<T> out, C* lse, const C* sinks, std::int64_t rows,
+void add_sinks(const ExecSpace& exec, HeadRows<T> out, LseRows<C> lse, const C* sinks, std::int64_t rows,
                std::int64_t heads, std::int64_t dim) {
   Kokkos::parallel_for("KokkosMLA::CacheAttention::sinks",
                        Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows),

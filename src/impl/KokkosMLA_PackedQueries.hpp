@@ -80,7 +80,7 @@ class PackedQueries {
     copy(exec, a, head_rows(a.out), out_, false);
     if (a.lse.size() > 0) {
       const HeadRows<typename arguments::Lse::value_type> lse = {a.lse.data(), std::int64_t(a.lse.stride(1)),
-                                                                 1};
+                                                                 std::int64_t(a.lse.stride(2))};
       copy(exec, a, lse, lse_, false);
     }
   }

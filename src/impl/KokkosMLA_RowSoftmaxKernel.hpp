@@ -9,6 +9,7 @@
 // third time from cache, so the block costs one read and one write of memory.
 
 #include "KokkosMLA_Compat.hpp"
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_OnlineSoftmax.hpp"
 
 #include <cstdint>
@@ -47,7 +48,7 @@ struct RowSoftmaxKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   T* scores;                     // (heads, rows, columns), row-major
-  T* lse;                        // (B, T, H) of the problem, or null
+  LseRows<T> lse;                // (B, T, H) of the problem, or empty
   std::int64_t columns;          // keys the GEMM computed for the block (a row's visible ones and more)
   std::int64_t rows;             // query rows of the block, per head
   std::int64_t first_query;      // the block's first query t (of T)
@@ -68,7 +69,7 @@ struct RowSoftmaxKernel {
     T* const row = scores + (h * rows + r) * columns;
     const T lse_row = softmax_in_place(team, [=](std::int64_t j) -> T& { return row[j]; }, seen, columns, scale);
     if (lse)
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { lse[((batch_index * queries) + t) * heads + h] = lse_row; });
+      Kokkos::single(Kokkos::PerTeam(team), [&]() { lse.at(batch_index * queries + t, h) = lse_row; });
   }
 };
 
@@ -82,7 +83,7 @@ struct CacheSoftmaxKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   T* scores;
-  T* lse;                         // (B, Tq, H) of the problem, or null
+  LseRows<T> lse;                 // (B, Tq, H) of the problem, or empty
   const int* seqlens;             // (B) keys each sequence holds
   std::int64_t first_sequence;    // the chunk's first sequence b
   std::int64_t sequences;         // in the chunk
@@ -108,7 +109,7 @@ struct CacheSoftmaxKernel {
     const T lse_row = softmax_in_place(team, at, seen, parts * part, scale);
     if (lse)
       Kokkos::single(Kokkos::PerTeam(team), [&]() {
-        lse[((first_sequence + b) * queries + t) * heads + h] = reported_lse(lse_row);
+        lse.at((first_sequence + b) * queries + t, h) = reported_lse(lse_row);
       });
   }
 };

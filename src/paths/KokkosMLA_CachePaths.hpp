@@ -128,7 +128,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.w_uk = a.w_uk.data();
     k.w_uv = a.w_uv.data();
     k.out = head_rows(a.out);
-    k.lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+    k.lse = lse_rows(a.lse);
     k.workspace = workspace_.data();
     k.parts = workspace_.data() + parts_at_;
     k.indices = a.indices.size() > 0 ? a.indices.data() : nullptr;
@@ -491,7 +491,7 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     Scalar* const gathered = chunk_space_.data();
     Scalar* const scores = gathered + chunk_ * keys * w;
     Scalar* const partial = scores + chunk_ * n_rows * keys;
-    compute_type<Scalar>* const lse = a.lse.size() > 0 ? a.lse.data() : nullptr;
+    const LseRows<compute_type<Scalar>> lse = lse_rows(a.lse);
     for (std::int64_t b0 = 0; b0 < s.batch; b0 += chunk_) {
       const std::int64_t n = std::min(chunk_, s.batch - b0);
       Scalar* const rows_of_chunk = qa.ptr + b0 * n_rows * w;

@@ -39,7 +39,7 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
  protected:
   /// The kernel of one step on the call's data; lse only where given.
   template <LatentStep Step>
-  LatentKernel<ExecSpace, Scalar, Step> bound(const Call& c, Scalar* lse, Scalar* workspace) const {
+  LatentKernel<ExecSpace, Scalar, Step> bound(const Call& c, LseRows<Scalar> lse, Scalar* workspace) const {
     LatentKernel<ExecSpace, Scalar, Step> k = latent_kernel<ExecSpace, Scalar, Step>(problem_.shape);
     k.tiles = latent_tiles_of(config_);
     k.scale = Scalar(problem_.scale);
@@ -100,11 +100,11 @@ class AbsorbedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::A
     Scalar* ws = workspace_.data();
     // Only the attend step has the softmax state, so only it writes lse.
     launch_tiled(exec, "KokkosMLA::Absorbed::absorb",
-                 this->template bound<LatentStep::Absorb>(c, nullptr, ws), this->config_);
+                 this->template bound<LatentStep::Absorb>(c, {}, ws), this->config_);
     launch_tiled(exec, "KokkosMLA::Absorbed::attend", this->template bound<LatentStep::Attend>(c, c.lse, ws),
                  this->config_);
     launch_tiled(exec, "KokkosMLA::Absorbed::up_project",
-                 this->template bound<LatentStep::UpProject>(c, nullptr, ws), this->config_);
+                 this->template bound<LatentStep::UpProject>(c, {}, ws), this->config_);
   }
 
  private:

@@ -77,10 +77,7 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
     const typename Float::Rank4 ow(pieces.take(std::int64_t(c.out.size())), s.batch, s.queries, s.heads,
                                    s.head_dim);
     if (c.lse)
-      widened_.plan.execute(
-          exec, qw, lw, kw, vw, ow,
-          Kokkos::View<float***, Kokkos::LayoutRight, memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>(
-              c.lse, s.batch, s.queries, s.heads));
+      widened_.plan.execute(exec, qw, lw, kw, vw, ow, lse_view<memory_space>(c.lse));
     else
       widened_.plan.execute(exec, qw, lw, kw, vw, ow);
     convert_into_rows(exec, "KokkosMLA::narrow", ow.data(), head_rows(c.out), s.batch * s.queries, s.heads,

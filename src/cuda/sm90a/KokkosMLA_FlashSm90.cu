@@ -20,7 +20,7 @@ std::size_t scratch_bytes(std::int64_t d) {
 
 template <class T, int D>
 void launch_flash(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, HeadRows<const T> q,
-                  const T* k, HeadRows<T> out, float* lse) {
+                  const T* k, HeadRows<T> out, LseRows<float> lse) {
   using Kernel = FlashSm90Kernel<T, D>;
   Kernel f{q, k, k + kv_elements(s), out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
   f.head_group = Kernel::head_group_for(s.keys);

@@ -276,7 +276,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
         *reinterpret_cast<unsigned*>(reinterpret_cast<Element*>(out.at(at.b * queries + n, at.h)) + 64 * c +
                                      8 * j + 2 * t) =
             Ops::pack(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
-      if (lse && t == 0) lse[(at.b * queries + n) * heads + at.h] = m[r] * 0.6931471805599453f + logf(l[r]);
+      if (lse && t == 0) lse.at(at.b * queries + n, at.h) = m[r] * 0.6931471805599453f + logf(l[r]);
     }
   }
 #endif
