@@ -24,6 +24,9 @@ struct ViewTypes {
   /// Queries: rows (b, t) evenly spaced, unit stride within a head (reads_in_place).
   using Queries = Kokkos::View<const Scalar****, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   using ConstRank3 = Kokkos::View<const Scalar***, Kokkos::LayoutRight, MemSpace, Unmanaged>;
+  /// Weights (R, H, D): unit stride within a head, rows r and heads h at any
+  /// strides (reads_weights_in_place); every path reads them where they lie.
+  using Weights = Kokkos::View<const Scalar***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
   /// The latent (B, S, R): rows (b, s) evenly spaced, unit stride within a
   /// row (reads_latent_in_place); every prefill path reads it by rows.
   using Latent = Kokkos::View<const Scalar***, Kokkos::LayoutStride, MemSpace, Unmanaged>;
@@ -98,7 +101,7 @@ struct PrefillViews {
   using Types = ViewTypes<Scalar, MemSpace>;
   typename Types::Queries q;
   typename Types::Latent latent;
-  typename Types::ConstRank3 w_uk, w_uv;
+  typename Types::Weights w_uk, w_uv;
   typename Types::Output out;
   LseRows<compute_type<Scalar>> lse;
 };
@@ -350,6 +353,30 @@ Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memo
   return row_major(exec, v, true, kept, slot);
 }
 
+/// Whether the kernels read an (R, H, D) weight view where it lies:
+/// row-major without gaps, or unit stride within a head and the start and
+/// the strides of rows and heads on 16-byte boundaries, as w_uk and w_uv
+/// are when they are the two halves of one (R, H, D + D) array.
+template <class V>
+bool reads_weights_in_place(const V& v) {
+  static_assert(int(V::rank) == 3, "an (R, H, D) view");
+  if (v.size() == 0 || is_row_major(v)) return true;
+  if (v.extent(2) > 1 && v.stride(2) != 1) return false;
+  auto aligned = [](std::size_t bytes) { return bytes % 16 == 0; };
+  const std::size_t bytes = sizeof(typename V::value_type);
+  return aligned(reinterpret_cast<std::uintptr_t>(v.data())) && aligned(std::size_t(v.stride(0)) * bytes) &&
+         aligned(std::size_t(v.stride(1)) * bytes);
+}
+
+/// An (R, H, D) weight view as the kernels take it: v itself where they read
+/// it in place (reads_weights_in_place), else a row-major copy filled on exec.
+template <class ExecSpace, class V>
+Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space> weights_view(
+    const ExecSpace& exec, const V& v, const CopyBuffers<typename V::memory_space>* kept, int slot) {
+  if (reads_weights_in_place(v)) return v;
+  return row_major(exec, v, true, kept, slot);
+}
+
 /// A (B, T, H, D) output view as the prefill kernels write it: v itself
 /// where they can (reads_rows_in_place), else a row-major buffer in slot
 /// `slot` of kept, which the caller copies into v after the kernels.
@@ -443,28 +470,24 @@ class Plan {
   template <class Q, class L, class WK, class WV, class O>
   static Call unmanaged(const Q& q, const L& latent, const WK& w_uk, const WV& w_uv, const O& out,
                         Impl::LseRows<compute_type<Scalar>> lse) {
-    return {typename views::Queries(q),
-            typename views::Latent(latent),
-            typename views::ConstRank3(w_uk.data(), w_uk.extent(0), w_uk.extent(1), w_uk.extent(2)),
-            typename views::ConstRank3(w_uv.data(), w_uv.extent(0), w_uv.extent(1), w_uv.extent(2)),
-            typename views::Output(out),
-            lse};
+    return {typename views::Queries(q),    typename views::Latent(latent), typename views::Weights(w_uk),
+            typename views::Weights(w_uv), typename views::Output(out),    lse};
   }
   void run(const ExecSpace& exec, const Call& call) const;
 
   struct NoLse {};
   /// run() on the arguments as the kernels read them: q where it lies when
   /// reads_in_place, the latent where it lies when reads_latent_in_place,
-  /// out where it lies when reads_rows_in_place, lse where it lies (any
-  /// strides), the weights where they are row-major without gaps; else
+  /// out where it lies when reads_rows_in_place, the weights where they lie
+  /// when reads_weights_in_place, lse where it lies (any strides); else
   /// copies in the plan's copy buffers (out copied back).
   template <class Q, class L, class WK, class WV, class O, class LS>
   void run_in_place(const ExecSpace& exec, const Q& q, const L& latent, const WK& w_uk, const WV& w_uv,
                     const O& out, const LS* lse) const {
     const auto q_rows = Impl::rows_view(exec, q, &copies_, 0);
     const typename views::Latent latent_rows = Impl::rows_view(exec, latent, &copies_, 1);
-    const auto w_uk_rows = Impl::row_major(exec, w_uk, true, &copies_, 2);
-    const auto w_uv_rows = Impl::row_major(exec, w_uv, true, &copies_, 3);
+    const auto w_uk_rows = Impl::weights_view(exec, w_uk, &copies_, 2);
+    const auto w_uv_rows = Impl::weights_view(exec, w_uv, &copies_, 3);
     const auto out_rows = Impl::output_rows(exec, out, &copies_, 4);
     if constexpr (std::is_same<LS, NoLse>::value)
       run(exec, unmanaged(q_rows, latent_rows, w_uk_rows, w_uv_rows, out_rows, {}));

@@ -120,8 +120,8 @@ void CachePlan<Scalar, ExecSpace>::execute_strided(
   // always: the kernels write it at any strides), else copies in the plan's buffers.
   const auto q = Impl::rows_view(exec, a.q, &copies_, 0);
   const auto q_rope = Impl::rows_view(exec, a.q_rope, &copies_, 1);
-  const auto w_uk = row_major(exec, a.w_uk, true, &copies_, 2);
-  const auto w_uv = row_major(exec, a.w_uv, true, &copies_, 3);
+  const auto w_uk = Impl::weights_view(exec, a.w_uk, &copies_, 2);
+  const auto w_uv = Impl::weights_view(exec, a.w_uv, &copies_, 3);
   const auto out = Impl::output_rows(exec, a.out, &copies_, 4);
   CacheArguments<Scalar, memory_space, Kokkos::LayoutStride> r;
   r.q = q;

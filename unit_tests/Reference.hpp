@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -234,6 +235,27 @@ Kokkos::View<typename V::data_type, Kokkos::LayoutStride, typename V::memory_spa
   return Strided(part);
 }
 
+/// w_uk and w_uv (R, H, D) as the two halves of one (R, H, 2 D') array, D'
+/// the least multiple of 16 bytes of at least D values: each head's w_uk
+/// values, then its w_uv, as DeepSeek's kv_b_proj weight holds them (there D'
+/// = D = 128). Unit stride within a head, 16-byte aligned heads and rows.
+template <class V>
+std::array<Kokkos::View<typename V::const_data_type, Kokkos::LayoutStride, typename V::memory_space>, 2>
+weight_halves(const V& w_uk, const V& w_uv) {
+  const std::size_t R = w_uk.extent(0), H = w_uk.extent(1), D = w_uk.extent(2);
+  constexpr std::size_t unit = std::max<std::size_t>(1, 16 / sizeof(typename V::value_type));
+  const std::size_t half = (D + unit - 1) / unit * unit;
+  Kokkos::View<typename V::non_const_data_type, Kokkos::LayoutRight, typename V::memory_space> both(
+      "both", R, H, 2 * half);
+  Kokkos::deep_copy(both, typename V::non_const_value_type(-7));
+  const auto all = Kokkos::ALL;
+  const auto first = Kokkos::subview(both, all, all, std::make_pair(std::size_t(0), D));
+  const auto second = Kokkos::subview(both, all, all, std::make_pair(half, half + D));
+  Kokkos::deep_copy(first, w_uk);
+  Kokkos::deep_copy(second, w_uv);
+  return {first, second};
+}
+
 /// The values of a view of any layout, in row-major order.
 template <class V>
 std::vector<double> row_values(const V& v) {
@@ -305,6 +327,13 @@ inline double max_error(const std::vector<double>& got, const std::vector<double
     worst = std::max(worst, std::abs(got[i] - want[i]));
   }
   return worst;
+}
+
+/// The largest |x| of v.
+inline double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
 }
 
 /// x rounded to T, as a framework computing in T would store it.

@@ -483,6 +483,40 @@ TYPED_TEST(AttentionTyped, LseOfEveryLayoutIsWrittenWhereItLies) {
   EXPECT_GE(paths, 4);
 }
 
+// w_uk and w_uv as the two halves of one (R, H, 2 D) array (DeepSeek's
+// kv_b_proj weight, split per head) are read where they lie by every prefill
+// path this backend has: nothing allocated, the contiguous weights' result
+// (to rounding: the Decompressed paths then multiply head by head). LayoutLeft
+// weights go through buffers the plan makes once and keeps.
+TYPED_TEST(AttentionTyped, WeightSlicesAreReadInPlace) {
+  using T = TypeParam;
+  const Shape s{2, 9, 11, 3, 8, 12};
+  Problem<T> p(s, 41);
+  const auto [w_uk, w_uv] = weight_halves(p.w_uk, p.w_uv);
+  const auto left_uk = in_layout(p.w_uk, Layout::Left), left_uv = in_layout(p.w_uv, Layout::Left);
+  EXPECT_TRUE(Impl::reads_weights_in_place(w_uk) && Impl::reads_weights_in_place(w_uv));
+  EXPECT_FALSE(Impl::reads_weights_in_place(left_uk));
+  const int paths = for_each_prefill_path<T>(s, [&](const Plan<T, Space>& plan) {
+    plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out);
+    const std::vector<double> want = Problem<T>::host_copy(p.out);
+    auto copies_reading = [&](const auto& uk, const auto& uv) {
+      Problem<T>::poison(p.out);
+      Recorder r;
+      {
+        Recording recording(r);
+        plan.execute(Space(), p.q, p.latent, uk, uv, p.out);
+        Space().fence();
+      }
+      EXPECT_LE(max_error(Problem<T>::host_copy(p.out), want), tolerance<T>());
+      return allocations_named(r, "KokkosMLA::layout_copies");
+    };
+    EXPECT_EQ(copies_reading(w_uk, w_uv), 0u);
+    EXPECT_EQ(copies_reading(left_uk, left_uv), 2u);
+    EXPECT_EQ(copies_reading(left_uk, left_uv), 0u) << "the plan keeps its copy buffers";
+  });
+  EXPECT_GE(paths, 4);
+}
+
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
   const Shape s{2, 33, 33, 4, 8, 24};
   for (Algorithm a : kAlgorithms) {

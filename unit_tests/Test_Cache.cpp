@@ -1105,7 +1105,9 @@ TYPED_TEST(Cache, AlignedQuerySlicesAreNotCopied) {
 // (LayoutLeft, slices of wider arrays), are written where they lie by every
 // cache path this backend has, over paged and contiguous caches, with sinks
 // or not, split or not: nothing allocated for them, the contiguous out's and
-// lse's bits, the gaps between their rows untouched.
+// lse's bits, the gaps between their rows untouched. So are w_uk and w_uv
+// read as the two halves of one (R, H, 2 D) array (to rounding). So are w_uk and w_uv
+// read as the two halves of one (R, H, 2 D) array (to rounding).
 TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
   using T = TypeParam;
   std::uint64_t seed = 970;
@@ -1133,6 +1135,18 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
           plan->execute(Space(), a);
           const std::vector<double> want = Problem<T>::host_copy(a.out),
                                     want_lse = Problem<T>::host_copy(a.lse);
+          auto halves = Impl::strided(a);
+          const auto [w_uk, w_uv] = weight_halves(a.w_uk, a.w_uv);
+          halves.w_uk = w_uk;
+          halves.w_uv = w_uv;
+          Recorder weights;
+          {
+            Recording recording(weights);
+            plan->execute(Space(), halves);
+            Space().fence();
+          }
+          EXPECT_LE(max_error(Problem<T>::host_copy(a.out), want), tolerance<T>()) << "weights sliced";
+          EXPECT_EQ(allocations_named(weights, "KokkosMLA::layout_copies"), 0u) << "weights sliced";
           const Layout lse_layout = kLayouts[runs % std::size(kLayouts)];
           SCOPED_TRACE("lse " + to_string(lse_layout));
           auto s = Impl::strided(a);
@@ -1571,6 +1585,20 @@ Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t
   plan.execute(ExecSpace(), sliced);
   EXPECT_EQ(row_values(sliced.out), out) << "out sliced: " << plan.describe();
   EXPECT_EQ(count_in_reach(sliced.out, T(-7)), gaps) << "out sliced: " << plan.describe();
+  // And into a LayoutLeft lse, written where it lies.
+  sliced.lse = in_layout(a.lse, Layout::Left);
+  Problem<float>::poison(sliced.lse);
+  plan.execute(ExecSpace(), sliced);
+  EXPECT_EQ(row_values(sliced.lse), lse) << "lse LayoutLeft: " << plan.describe();
+  // And from w_uk and w_uv as the halves of one (R, H, 2 D) array, read where they lie.
+  const auto [uk_half, uv_half] = weight_halves(a.w_uk, a.w_uv);
+  sliced.w_uk = uk_half;
+  sliced.w_uv = uv_half;
+  EXPECT_TRUE(Impl::reads_weights_in_place(sliced.w_uk) && Impl::reads_weights_in_place(sliced.w_uv));
+  Problem<T>::poison(sliced.out);
+  plan.execute(ExecSpace(), sliced);
+  EXPECT_LE(max_error(row_values(sliced.out), out), 0.02 * max_abs(out))
+      << "weights sliced: " << plan.describe();
   return plan.path();
 }
 

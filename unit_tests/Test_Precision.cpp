@@ -63,6 +63,19 @@ Result run_plan(const Problem<T>& p, const Options& opt) {
   plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out_slice, lse);
   EXPECT_EQ(row_values(out_slice), r.out) << "out sliced: " << r.plan;
   EXPECT_EQ(count_in_reach(out_slice, T(-7)), gaps) << "out sliced: " << r.plan;
+  // And into a LayoutLeft lse, written where it lies.
+  const auto lse_left = in_layout(lse, Layout::Left);
+  Problem<float>::poison(lse_left);
+  plan.execute(ExecSpace(), q, latent, w_uk, w_uv, out, lse_left);
+  EXPECT_EQ(row_values(lse_left), r.lse) << "lse LayoutLeft: " << r.plan;
+  // And from w_uk and w_uv as the halves of one (R, H, 2 D) array, read where
+  // they lie (the decompression then multiplies head by head: to rounding).
+  const auto [uk_half, uv_half] = weight_halves(w_uk, w_uv);
+  EXPECT_TRUE(Impl::reads_weights_in_place(uk_half) && Impl::reads_weights_in_place(uv_half));
+  Problem<T>::poison(out);
+  plan.execute(ExecSpace(), q, latent, uk_half, uv_half, out, lse);
+  EXPECT_LE(max_error(Problem<T>::host_copy(out), r.out), 0.02 * max_abs(r.out))
+      << "weights sliced: " << r.plan;
   return r;
 }
 

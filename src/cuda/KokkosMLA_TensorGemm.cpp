@@ -80,8 +80,9 @@ cublasComputeType_t compute_type(FloatGemm float_gemm) {
 
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, std::int64_t lda, const T* b, T* c, FloatGemm float_gemm) {
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, FloatGemm float_gemm) {
   require_int_gemm_extents(cols, inner, lda);
+  require_int_gemm_extents(cols, inner, ldb);
   const HandleOnStream h(exec);
   // alpha and beta in the compute type: fp64 for double, fp32 otherwise.
   using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
@@ -91,7 +92,7 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   // Row-major c = a b is column-major c^T = b^T a^T.
   for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
     const cublasStatus_t status = cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner),
-                                               &one, b, type, int(cols), a + r0 * lda, type, int(lda), &zero,
+                                               &one, b, type, int(ldb), a + r0 * lda, type, int(lda), &zero,
                                                c + r0 * cols, type, int(cols), compute, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
@@ -121,7 +122,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
   template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
-                            std::int64_t, const T*, T*, FloatGemm);
+                            std::int64_t, const T*, std::int64_t, T*, FloatGemm);
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \

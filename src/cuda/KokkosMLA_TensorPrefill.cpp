@@ -2,6 +2,7 @@
 
 #include "cuda/KokkosMLA_TensorPrefill.hpp"
 
+#include "impl/KokkosMLA_StridedGemm.hpp"
 #include "impl/KokkosMLA_TensorOps.hpp"
 
 namespace KokkosMLA {
@@ -25,8 +26,9 @@ const Scalar* TensorPrefill<Scalar, ExecSpace>::decompress(const ExecSpace& exec
   Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
   const Scalar* latent = c.latent.data();
   const std::int64_t ld = latent_row_stride(c.latent);  // a slice of a packed array is read in place
-  tensor_gemm(exec, rows, cols, s.latent_dim, latent, ld, c.w_uk.data(), k, float_gemm);
-  tensor_gemm(exec, rows, cols, s.latent_dim, latent, ld, c.w_uv.data(), k + rows * cols, float_gemm);
+  gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, latent, ld, weight_rows(c.w_uk), k, float_gemm);
+  gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, latent, ld, weight_rows(c.w_uv),
+               k + rows * cols, float_gemm);
   Kokkos::Profiling::popRegion();
   return k;
 }

@@ -267,8 +267,8 @@ struct FlashTensorKernel : FlashOperands<T, D> {
       const float inv = 1.f / l[r];
       KOKKOSMLA_UNROLL
       for (int n = 0; n < kOutTiles; ++n)
-        Ops::store(reinterpret_cast<Element*>(out.at(b * queries + row, h)) + n * 8 + 2 * t, o[n][2 * r] * inv,
-                   o[n][2 * r + 1] * inv);
+        Ops::store(reinterpret_cast<Element*>(out.at(b * queries + row, h)) + n * 8 + 2 * t,
+                   o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
       if (lse && t == 0) lse.at(b * queries + row, h) = m[r] * 0.6931471805599453f + logf(l[r]);
     }
   }

@@ -51,6 +51,14 @@ HeadRows<typename V::value_type> head_rows(const V& v) {
   return {v.data(), std::int64_t(token_row_stride(v)), std::int64_t(v.stride(2))};
 }
 
+/// The rows r and heads h of an (R, H, D) weight view with unit stride
+/// within a head (what Impl::reads_weights_in_place accepts, or row-major).
+template <class V>
+HeadRows<typename V::value_type> weight_rows(const V& v) {
+  static_assert(int(V::rank) == 3, "an (R, H, D) view");
+  return {v.data(), std::int64_t(v.stride(0)), std::int64_t(v.stride(1))};
+}
+
 }  // namespace Impl
 }  // namespace KokkosMLA
 

@@ -131,10 +131,10 @@ struct LatentKernel {
   HeadRows<const T> q;       // (B, T, H, D)
   HeadRows<const T> q_rope;  // (B, T, H, Dr), or null
   LatentKeys<T> cache;
-  const T* w_uk = nullptr;  // (R, H, D)
-  const T* w_uv = nullptr;  // (R, H, D)
-  HeadRows<T> out;          // (B, T, H, D)
-  LseRows<T> lse;           // (B, T, H), or empty when not asked for
+  HeadRows<const T> w_uk;  // (R, H, D)
+  HeadRows<const T> w_uv;  // (R, H, D)
+  HeadRows<T> out;         // (B, T, H, D)
+  LseRows<T> lse;          // (B, T, H), or empty when not asked for
   // Absorbed: (B, T, H, R), qa after Absorb, oa after Attend (in place).
   // Merge: (B, T, H, R), the merged oa.
   T* workspace = nullptr;
@@ -282,8 +282,7 @@ struct LatentKernel {
       const std::int64_t row0 = std::int64_t(g) * k.tokens;
       for (std::int64_t r0 = 0; r0 < rank; r0 += tiles.weight_chunk) {
         const int n = int(min_of<std::int64_t>(tiles.weight_chunk, rank - r0));
-        team_copy(team, n, d, Mat<const T>{w_uk + (r0 * heads + k.h0 + g) * dim, heads * dim},
-                  Mat<T>{stage, dim + 1});
+        team_copy(team, n, d, Mat<const T>{w_uk.at(r0, k.h0 + g), w_uk.row}, Mat<T>{stage, dim + 1});
         team_gemm(team, k.tokens, n, d, scale, Mat<const T>{q_rows.ptr + row0 * q_rows.ld, q_rows.ld},
                   TransposedB<T>{stage, dim + 1}, Mat<T>{qa.ptr + row0 * qa.ld + r0, qa.ld},
                   static_cast<const T*>(nullptr), false);
@@ -392,8 +391,7 @@ struct LatentKernel {
       const std::int64_t row0 = std::int64_t(g) * k.tokens;
       for (std::int64_t r0 = 0; r0 < rank; r0 += tiles.weight_chunk) {
         const int n = int(min_of<std::int64_t>(tiles.weight_chunk, rank - r0));
-        team_copy(team, n, d, Mat<const T>{w_uv + (r0 * heads + k.h0 + g) * dim, heads * dim},
-                  Mat<T>{stage, dim});
+        team_copy(team, n, d, Mat<const T>{w_uv.at(r0, k.h0 + g), w_uv.row}, Mat<T>{stage, dim});
         team_gemm(team, k.tokens, d, n, T(1), Mat<const T>{oa.ptr + row0 * oa.ld + r0, oa.ld},
                   PlainB<T>{stage, dim}, Mat<T>{out_rows.ptr + row0 * out_rows.ld, out_rows.ld},
                   static_cast<const T*>(nullptr), r0 > 0);

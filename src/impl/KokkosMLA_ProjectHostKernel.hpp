@@ -25,7 +25,7 @@ struct ProjectHostKernel {
 
   HeadRows<const T> from;  // (rows, heads, in_width)
   HeadRows<T> to;          // (rows, heads, out_width)
-  const T* w = nullptr;    // (R, heads, D)
+  HeadRows<const T> w;     // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   T alpha = 1;
   int scratch_level = 0;
@@ -53,7 +53,7 @@ struct ProjectHostKernel {
     }
     for (std::int64_t c0 = 0; c0 < rank; c0 += Flash::kKeys) {
       const int n = int(min_of<std::int64_t>(Flash::kKeys, rank - c0));
-      for (int j = 0; j < n; ++j) weight_rows[j] = w + ((c0 + j) * heads + h) * dim;
+      for (int j = 0; j < n; ++j) weight_rows[j] = w.at(c0 + j, h);
       if (Absorb) {
         f.scores(t, weight_rows, n, 0, d, false);
         for (int i = 0; i < n_rows; ++i)

@@ -33,7 +33,7 @@ struct ProjectKernel {
 
   HeadRows<const T> from;  // (rows, heads, in_width)
   HeadRows<T> to;          // (rows, heads, out_width)
-  const T* w = nullptr;    // (R, heads, D)
+  HeadRows<const T> w;     // (R, heads, D)
   std::int64_t rows = 0, heads = 0, dim = 0, rank = 0;
   ProjectTiles tiles;
   T alpha = 1;
@@ -81,19 +81,16 @@ struct ProjectKernel {
       team_copy(team, m, kc, Mat<const T>{from.at(r0, h) + k0, from.row}, a);
       // Rows of w[:, h, :] are contiguous along D: copy them as they lie (coalesced).
       if (Absorb) {  // B(k, j) = w[c0 + j, h, k0 + k]
-        team_copy(team, n, kc, Mat<const T>{w + (c0 * heads + h) * dim + k0, heads * dim},
-                  Mat<T>{b, tiles.chunk + 1});
+        team_copy(team, n, kc, Mat<const T>{w.at(c0, h) + k0, w.row}, Mat<T>{b, tiles.chunk + 1});
         team_gemm(team, m, n, kc, alpha, Mat<const T>{a.ptr, a.ld}, TransposedB<T>{b, tiles.chunk + 1}, c,
                   static_cast<const T*>(nullptr), k0 > 0);
       } else {  // B(k, j) = w[k0 + k, h, c0 + j]
-        team_copy(team, kc, n, Mat<const T>{w + (k0 * heads + h) * dim + c0, heads * dim},
-                  Mat<T>{b, tiles.columns + 1});
+        team_copy(team, kc, n, Mat<const T>{w.at(k0, h) + c0, w.row}, Mat<T>{b, tiles.columns + 1});
         team_gemm(team, m, n, kc, alpha, Mat<const T>{a.ptr, a.ld}, PlainB<T>{b, tiles.columns + 1}, c,
                   static_cast<const T*>(nullptr), k0 > 0);
       }
     }
-    team_copy(team, m, n, Mat<const T>{c.ptr, c.ld},
-              Mat<T>{to.at(r0, h) + c0, to.row});
+    team_copy(team, m, n, Mat<const T>{c.ptr, c.ld}, Mat<T>{to.at(r0, h) + c0, to.row});
   }
 };
 

@@ -22,8 +22,8 @@ namespace Impl {
 /// (every value of a row that sees nothing); returns the row's lse (-inf
 /// where it sees nothing).
 template <class Member, class T, class At>
-KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const At& at, std::int64_t seen, std::int64_t columns,
-                                          T scale) {
+KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const At& at, std::int64_t seen,
+                                          std::int64_t columns, T scale) {
   T max = negative_infinity<T>();
   Kokkos::parallel_reduce(
       Kokkos::TeamThreadRange(team, seen), [&](const std::int64_t j, T& m) { m = max_of(m, scale * at(j)); },
@@ -47,17 +47,17 @@ template <class ExecSpace, class T>
 struct RowSoftmaxKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
-  T* scores;                     // (heads, rows, columns), row-major
-  LseRows<T> lse;                // (B, T, H) of the problem, or empty
-  std::int64_t columns;          // keys the GEMM computed for the block (a row's visible ones and more)
-  std::int64_t rows;             // query rows of the block, per head
-  std::int64_t first_query;      // the block's first query t (of T)
-  std::int64_t batch_index;      // the block's batch element b
-  std::int64_t queries, keys;    // T and S of the problem
+  T* scores;                   // (heads, rows, columns), row-major
+  LseRows<T> lse;              // (B, T, H) of the problem, or empty
+  std::int64_t columns;        // keys the GEMM computed for the block (a row's visible ones and more)
+  std::int64_t rows;           // query rows of the block, per head
+  std::int64_t first_query;    // the block's first query t (of T)
+  std::int64_t batch_index;    // the block's batch element b
+  std::int64_t queries, keys;  // T and S of the problem
   std::int64_t heads;
   T scale;
   bool causal;
-  int scratch_level = 0;         // none used; the launch helper asks for it
+  int scratch_level = 0;  // none used; the launch helper asks for it
 
   std::int64_t league_size() const { return heads * rows; }
 
@@ -67,9 +67,9 @@ struct RowSoftmaxKernel {
     // Causal: query t sees keys up to S - T + t (the keys end where the queries do).
     const std::int64_t seen = causal ? min_of(columns, keys - queries + t + 1) : columns;
     T* const row = scores + (h * rows + r) * columns;
-    const T lse_row = softmax_in_place(team, [=](std::int64_t j) -> T& { return row[j]; }, seen, columns, scale);
-    if (lse)
-      Kokkos::single(Kokkos::PerTeam(team), [&]() { lse.at(batch_index * queries + t, h) = lse_row; });
+    const T lse_row = softmax_in_place(
+        team, [=](std::int64_t j) -> T& { return row[j]; }, seen, columns, scale);
+    if (lse) Kokkos::single(Kokkos::PerTeam(team), [&]() { lse.at(batch_index * queries + t, h) = lse_row; });
   }
 };
 
@@ -83,16 +83,16 @@ struct CacheSoftmaxKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
 
   T* scores;
-  LseRows<T> lse;                 // (B, Tq, H) of the problem, or empty
-  const int* seqlens;             // (B) keys each sequence holds
-  std::int64_t first_sequence;    // the chunk's first sequence b
-  std::int64_t sequences;         // in the chunk
+  LseRows<T> lse;               // (B, Tq, H) of the problem, or empty
+  const int* seqlens;           // (B) keys each sequence holds
+  std::int64_t first_sequence;  // the chunk's first sequence b
+  std::int64_t sequences;       // in the chunk
   std::int64_t queries, heads;
-  std::int64_t part, parts;       // keys of a part, parts of a row (part x parts >= capacity)
+  std::int64_t part, parts;  // keys of a part, parts of a row (part x parts >= capacity)
   std::int64_t capacity;
   T scale;
   bool causal;
-  int scratch_level = 0;          // none used; the launch helper asks for it
+  int scratch_level = 0;  // none used; the launch helper asks for it
 
   std::int64_t league_size() const { return sequences * queries * heads; }
 
@@ -100,7 +100,8 @@ struct CacheSoftmaxKernel {
     const std::int64_t rows = queries * heads, i = team.league_rank();
     const std::int64_t b = i / rows, r = i % rows, t = r / heads, h = r % heads;
     const std::int64_t length = seqlens[first_sequence + b];
-    const std::int64_t seen = max_of(std::int64_t(0), min_of(capacity, causal ? length - queries + t + 1 : length));
+    const std::int64_t seen =
+        max_of(std::int64_t(0), min_of(capacity, causal ? length - queries + t + 1 : length));
     T* const row = scores + (b * parts * rows + r) * part;  // its first part
     // Key j in part j / part; positions are below 2^30 (validated): 32-bit division is enough.
     const int size = int(part);
@@ -108,9 +109,8 @@ struct CacheSoftmaxKernel {
     const auto at = [=](std::int64_t j) -> T& { return row[(int(j) / size) * stride + int(j) % size]; };
     const T lse_row = softmax_in_place(team, at, seen, parts * part, scale);
     if (lse)
-      Kokkos::single(Kokkos::PerTeam(team), [&]() {
-        lse.at((first_sequence + b) * queries + t, h) = reported_lse(lse_row);
-      });
+      Kokkos::single(Kokkos::PerTeam(team),
+                     [&]() { lse.at((first_sequence + b) * queries + t, h) = reported_lse(lse_row); });
   }
 };
 

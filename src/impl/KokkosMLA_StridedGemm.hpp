@@ -12,6 +12,7 @@
 
 #include "KokkosMLA_Backend.hpp"
 #include "KokkosMLA_Compat.hpp"
+#include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_TensorGemm.hpp"
 
 #include <KokkosKernels_config.h>
@@ -45,53 +46,54 @@ constexpr bool calls_host_blas() {
 }
 
 /// c = a b for a row-major a (rows x inner) whose rows start lda >= inner
-/// elements apart, b (inner x cols) and c (rows x cols) row-major without
-/// gaps, on exec (float or double; exact products).
+/// elements apart, b (inner x cols) whose rows start ldb >= cols apart, and
+/// c (rows x cols) row-major without gaps, on exec (float or double: exact
+/// products, or TF32 for float on cuBLAS as float_gemm says; 16-bit types on cuBLAS).
 template <class ExecSpace, class Scalar>
 void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                       const Scalar* a, std::int64_t lda, const Scalar* b, Scalar* c) {
+                       const Scalar* a, std::int64_t lda, const Scalar* b, std::int64_t ldb, Scalar* c,
+                       FloatGemm float_gemm = FloatGemm::Fp32) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
-  using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
+  using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
+  (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
-    tensor_gemm(exec, rows, cols, inner, a, lda, b, c, FloatGemm::Fp32);
+    tensor_gemm(exec, rows, cols, inner, a, lda, b, ldb, c, float_gemm);
 #endif
   } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
     require_int_gemm_extents(cols, inner, lda);
+    require_int_gemm_extents(cols, inner, ldb);
     exec.fence();  // BLAS runs on this thread, after what exec was given before
     // Row-major c = a b is column-major c^T = b^T a^T.
     for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
-      KokkosBlas::Impl::HostBlas<Scalar>::gemm('N', 'N', int(cols), m, int(inner), Scalar(1), b, int(cols),
+      KokkosBlas::Impl::HostBlas<Scalar>::gemm('N', 'N', int(cols), m, int(inner), Scalar(1), b, int(ldb),
                                                a + r0 * lda, int(lda), Scalar(0), c + r0 * cols, int(cols));
     });
 #endif
-  } else if (lda == inner) {
-    gemm(exec, ConstMatrix(a, rows, inner), ConstMatrix(b, inner, cols), Matrix(c, rows, cols));
   } else {
-    using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
-    gemm(exec, StridedMatrix(a, Kokkos::LayoutStride(rows, lda, inner, 1)), ConstMatrix(b, inner, cols),
-         Matrix(c, rows, cols));
+    gemm(exec, StridedMatrix(a, Kokkos::LayoutStride(rows, lda, inner, 1)),
+         StridedMatrix(b, Kokkos::LayoutStride(inner, ldb, cols, 1)), Matrix(c, rows, cols));
   }
 }
 
 /// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
 /// transpose_b, a_h b_h^T (b_h cols x inner), on exec (float or double; exact
-/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x cols, each head's matrix
-/// row-major with its own row stride (HeadMatrices), as one head's slice of a
+/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x
+/// cols, each head's matrix row-major with its own row stride (HeadMatrices), as one head's slice of a
 /// (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host BLAS call
 /// per head where Kokkos Kernels has its BLAS TPL; else Kokkos Kernels' GEMM
 /// per head on LayoutStride views.
 template <class ExecSpace, class Scalar>
 void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
-                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
-                HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
+                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b,
+                bool transpose_b, HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
-  if (rows == 1) {  // one row's stride means nothing, but BLAS checks it against the row's width
+  if (rows == 1) {   // one row's stride means nothing, but BLAS checks it against the row's width
     a.ld = inner;
     c.ld = cols;
   }
@@ -113,12 +115,30 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
     using Strided = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
     using Out = Kokkos::View<Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
     for (std::int64_t h = 0; h < heads; ++h) {
-      const Strided bh = transpose_b ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
-                                     : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
+      const Strided bh = transpose_b
+                             ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
+                             : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
       gemm(exec, Strided(a.data + h * a.step, Kokkos::LayoutStride(rows, a.ld, inner, 1)), bh,
            Out(c.data + h * c.step, Kokkos::LayoutStride(rows, c.ld, cols, 1)), transpose_b ? "T" : "N");
     }
   }
+}
+
+/// The Decompressed prefill's up-projection: c (rows, H, D) row-major = a w,
+/// for a row-major a (rows x inner, its rows lda apart) and weights w
+/// (inner, H, D) whose rows and heads lie at w.row and w.head (HeadRows): one
+/// GEMM where the heads lie D apart (w an inner x (H D) matrix of leading
+/// dimension w.row), else one per head (the halves of one (R, H, 2 D)
+/// array, say).
+template <class ExecSpace, class Scalar>
+void gemm_weights(const ExecSpace& exec, std::int64_t rows, std::int64_t heads, std::int64_t dim,
+                  std::int64_t inner, const Scalar* a, std::int64_t lda, HeadRows<const Scalar> w, Scalar* c,
+                  FloatGemm float_gemm = FloatGemm::Fp32) {
+  if (w.head == dim || heads == 1)
+    gemm_strided_rows(exec, rows, heads * dim, inner, a, lda, w.ptr, w.row, c, float_gemm);
+  else
+    gemm_heads<ExecSpace, Scalar>(exec, heads, rows, dim, inner, {a, lda, 0}, {w.ptr, w.row, w.head}, false,
+                                  {c, heads * dim, dim}, float_gemm);
 }
 
 }  // namespace Impl

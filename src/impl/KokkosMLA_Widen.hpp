@@ -23,13 +23,6 @@ KOKKOS_INLINE_FUNCTION To convert_value(From x) {
     return static_cast<To>(static_cast<float>(x));
 }
 
-template <class From, class To>
-struct ConvertKernel {
-  const From* from;
-  To* to;
-  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const { to[i] = convert_value<To>(from[i]); }
-};
-
 /// Rows (r, h) of `from` into rows (r, h) of `to` (both HeadRows), width values each.
 template <class From, class To>
 struct ConvertRowsKernel {
@@ -46,9 +39,9 @@ struct ConvertRowsKernel {
 template <class ExecSpace, class From, class To>
 void convert_rows(const ExecSpace& exec, const char* label, HeadRows<const From> from, HeadRows<To> to,
                   std::int64_t rows, std::int64_t heads, std::int64_t width) {
-  Kokkos::parallel_for(label,
-                       Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
-                       ConvertRowsKernel<From, To>{from, to, heads, width});
+  Kokkos::parallel_for(
+      label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, rows * heads * width),
+      ConvertRowsKernel<From, To>{from, to, heads, width});
 }
 
 /// Rows (r, h) of `to` = the row-major (rows, heads, width) `from`, rounded to To, on exec.
@@ -56,13 +49,6 @@ template <class ExecSpace, class From, class To>
 void convert_into_rows(const ExecSpace& exec, const char* label, const From* from, HeadRows<To> to,
                        std::int64_t rows, std::int64_t heads, std::int64_t width) {
   convert_rows(exec, label, packed_rows(from, heads, width), to, rows, heads, width);
-}
-
-/// to[i] = from[i] for i < n, rounded to To, on exec.
-template <class ExecSpace, class From, class To>
-void convert(const ExecSpace& exec, const char* label, const From* from, To* to, std::int64_t n) {
-  Kokkos::parallel_for(label, Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n),
-                       ConvertKernel<From, To>{from, to});
 }
 
 /// A widened plan's float buffer, handed out piece by piece in order.
@@ -75,13 +61,6 @@ struct FloatPieces {
     at += n;
     return piece;
   }
-  /// The next n floats, holding from[0 .. n) widened on exec.
-  template <class ExecSpace, class From>
-  float* widen(const ExecSpace& exec, const From* from, std::int64_t n) {
-    float* piece = take(n);
-    convert(exec, "KokkosMLA::widen", from, piece, n);
-    return piece;
-  }
   /// The next rows * heads * width floats, holding rows (r, h) of from widened.
   template <class ExecSpace, class From>
   float* widen_rows(const ExecSpace& exec, HeadRows<const From> from, std::int64_t rows, std::int64_t heads,
@@ -89,6 +68,12 @@ struct FloatPieces {
     float* piece = take(rows * heads * width);
     convert_rows(exec, "KokkosMLA::widen", from, packed_rows(piece, heads, width), rows, heads, width);
     return piece;
+  }
+  /// The next R * H * D floats, holding the (R, H, D) weights w widened.
+  template <class ExecSpace, class W>
+  float* widen_weights(const ExecSpace& exec, const W& w) {
+    return widen_rows(exec, weight_rows(w), std::int64_t(w.extent(0)), std::int64_t(w.extent(1)),
+                      std::int64_t(w.extent(2)));
   }
 };
 

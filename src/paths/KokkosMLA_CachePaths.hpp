@@ -125,8 +125,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     k.causal = problem_.options.causal;
     k.q = head_rows(a.q);
     k.q_rope = head_rows(a.q_rope);
-    k.w_uk = a.w_uk.data();
-    k.w_uv = a.w_uv.data();
+    k.w_uk = weight_rows(a.w_uk);
+    k.w_uv = weight_rows(a.w_uv);
     k.out = head_rows(a.out);
     k.lse = lse_rows(a.lse);
     k.workspace = workspace_.data();
@@ -154,13 +154,14 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   void absorb_attend_project(const ExecSpace& exec, const Call& a, Attend attend) const {
     Scalar* const qa = workspace_.data();  // then oa: (B, Tq, H, R)
     const CacheShape& s = problem_.shape;
-    project<true>(exec, "KokkosMLA::CacheAttention::absorb", head_rows(a.q), packed_rows(qa, s.heads, s.latent_dim),
-                  a.w_uk.data(), Scalar(problem_.scale));
+    project<true>(exec, "KokkosMLA::CacheAttention::absorb", head_rows(a.q),
+                  packed_rows(qa, s.heads, s.latent_dim), weight_rows(a.w_uk), Scalar(problem_.scale));
     attend();
     if (splits_ > 1)
       launch_tiled(exec, "KokkosMLA::CacheAttention::merge", bound<LatentStep::Merge>(a), config_);
-    project<false>(exec, "KokkosMLA::CacheAttention::up_project", packed_rows<const Scalar>(qa, s.heads, s.latent_dim),
-                   head_rows(a.out), a.w_uv.data(), Scalar(1));
+    project<false>(exec, "KokkosMLA::CacheAttention::up_project",
+                   packed_rows<const Scalar>(qa, s.heads, s.latent_dim), head_rows(a.out),
+                   weight_rows(a.w_uv), Scalar(1));
   }
 
   /// A projection kernel of the problem's extents (pointers unset).
@@ -177,7 +178,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
 
   template <bool Absorb>
   void project(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, HeadRows<Scalar> to,
-               const Scalar* w, Scalar alpha) const {
+               HeadRows<const Scalar> w, Scalar alpha) const {
     if constexpr (is_host_space<ExecSpace>()) {
       if (host_projections_) return project_on_host<Absorb>(exec, label, from, to, w, alpha);
     }
@@ -193,8 +194,8 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   /// The projections on a host core's vector unit (ProjectHostKernel), one
   /// team per (head, block of rows).
   template <bool Absorb>
-  void project_on_host(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from, HeadRows<Scalar> to,
-                       const Scalar* w, Scalar alpha) const {
+  void project_on_host(const ExecSpace& exec, const char* label, HeadRows<const Scalar> from,
+                       HeadRows<Scalar> to, HeadRows<const Scalar> w, Scalar alpha) const {
     const CacheShape& s = problem_.shape;
     ProjectHostKernel<ExecSpace, Scalar, Absorb> k;
     k.from = from;
@@ -466,23 +467,26 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
   static constexpr Path id = Path::CacheGemm;
   Path path() const override { return id; }
   int splits() const override { return 1; }
-  std::size_t workspace_bytes() const override { return (absorbed_.span() + chunk_space_.span()) * sizeof(Scalar); }
+  std::size_t workspace_bytes() const override {
+    return (absorbed_.span() + chunk_space_.span()) * sizeof(Scalar);
+  }
   std::string describe() const override {
     std::ostringstream o;
-    o << "(attention by gemms" << (float_gemm_ == FloatGemm::Tf32 ? ", tf32" : "") << ") sequences_per_gemm="
-      << chunk_ << " key_part=" << part_ << " parts=" << parts_ << " workspace=" << workspace_bytes() << "B";
+    o << "(attention by gemms" << (float_gemm_ == FloatGemm::Tf32 ? ", tf32" : "")
+      << ") sequences_per_gemm=" << chunk_ << " key_part=" << part_ << " parts=" << parts_
+      << " workspace=" << workspace_bytes() << "B";
     return o.str();
   }
 
   void run(const ExecSpace& exec, const typename PlannedCache<Scalar, ExecSpace>::Call& a) const override {
     const CacheShape& s = problem_.shape;
     const std::int64_t n_rows = rows(), w = width(), tokens = s.batch * s.queries, keys = padded_keys();
-    const std::int64_t weight_ld = s.heads * s.head_dim;
+    const HeadRows<const Scalar> w_uk = weight_rows(a.w_uk), w_uv = weight_rows(a.w_uv);
     // [qa, q_rope]: (B Tq, H, R + Dr), then oa in the first R columns.
     const HeadRows<Scalar> qa{absorbed_.data(), s.heads * w, w};
     const auto q = head_rows(a.q);
     gemm(exec, s.heads, tokens, s.latent_dim, s.head_dim, {q.ptr, q.row, q.head},
-         {a.w_uk.data(), weight_ld, s.head_dim}, true, {qa.ptr, qa.row, qa.head});
+         {w_uk.ptr, w_uk.row, w_uk.head}, true, {qa.ptr, qa.row, qa.head});
     if (s.rope_dim > 0)
       convert_rows(exec, "KokkosMLA::CacheAttention::rope_queries", head_rows(a.q_rope),
                    HeadRows<Scalar>{qa.ptr + s.latent_dim, qa.row, qa.head}, tokens, s.heads, s.rope_dim);
@@ -499,28 +503,30 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
                     GatherKernel<ExecSpace, Scalar, Scalar>{cache, gathered, keys, s.latent_dim, w, b0, n});
       // Part j of each sequence's scores: its rows [qa, q_rope] against keys j part .. (j + 1) part - 1.
       for (std::int64_t j = 0; j < parts_; ++j)
-        gemm(exec, n, n_rows, part_, w, {rows_of_chunk, w, n_rows * w}, {gathered + j * part_ * w, w, keys * w},
-             true, {scores + j * n_rows * part_, part_, parts_ * n_rows * part_});
+        gemm(exec, n, n_rows, part_, w, {rows_of_chunk, w, n_rows * w},
+             {gathered + j * part_ * w, w, keys * w}, true,
+             {scores + j * n_rows * part_, part_, parts_ * n_rows * part_});
       launch(exec, "KokkosMLA::CacheAttention::softmax",
-             CacheSoftmaxKernel<ExecSpace, Scalar>{scores, lse, a.cache.seqlens.data(), b0, n, s.queries, s.heads,
-                                                   part_, parts_, s.capacity, Scalar(problem_.scale),
+             CacheSoftmaxKernel<ExecSpace, Scalar>{scores, lse, a.cache.seqlens.data(), b0, n, s.queries,
+                                                   s.heads, part_, parts_, s.capacity, Scalar(problem_.scale),
                                                    problem_.options.causal},
              problem_.backend.team_size, 0);
-      // P latent for every (sequence, part), over the rows the scores were made of, or into parts summed after.
+      // P latent for every (sequence, part), over the rows the scores were made of, or into parts summed
+      // after.
       const bool split = parts_ > 1;
-      gemm(exec, n * parts_, n_rows, s.latent_dim, part_, {scores, part_, n_rows * part_}, {gathered, w, part_ * w},
-           false,
+      gemm(exec, n * parts_, n_rows, s.latent_dim, part_, {scores, part_, n_rows * part_},
+           {gathered, w, part_ * w}, false,
            split ? HeadMatrices<Scalar>{partial, s.latent_dim, n_rows * s.latent_dim}
                  : HeadMatrices<Scalar>{rows_of_chunk, w, n_rows * w});
       if (split)
-        Kokkos::parallel_for(
-            "KokkosMLA::CacheAttention::sum_parts",
-            Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, n * n_rows * s.latent_dim),
-            SumPartsKernel<Scalar>{partial, rows_of_chunk, n_rows, s.latent_dim, parts_, w});
+        Kokkos::parallel_for("KokkosMLA::CacheAttention::sum_parts",
+                             Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(
+                                 exec, 0, n * n_rows * s.latent_dim),
+                             SumPartsKernel<Scalar>{partial, rows_of_chunk, n_rows, s.latent_dim, parts_, w});
     }
     const auto out = head_rows(a.out);
     gemm(exec, s.heads, tokens, s.head_dim, s.latent_dim, {qa.ptr, qa.row, qa.head},
-         {a.w_uv.data(), weight_ld, s.head_dim}, false, {out.ptr, out.row, out.head});
+         {w_uv.ptr, w_uv.row, w_uv.head}, false, {out.ptr, out.row, out.head});
   }
 
  private:
@@ -542,7 +548,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
   std::int64_t chunk_sequences(std::int64_t chunk_bytes) const {
     const std::int64_t batch = problem_.shape.batch;
     const std::int64_t most = std::max<std::int64_t>(
-        1, std::min(batch, chunk_bytes / (per_sequence(problem_.shape, part_) * std::int64_t(sizeof(Scalar)))));
+        1,
+        std::min(batch, chunk_bytes / (per_sequence(problem_.shape, part_) * std::int64_t(sizeof(Scalar)))));
     const std::int64_t chunks = (batch + most - 1) / most;
     return (batch + chunks - 1) / chunks;
   }

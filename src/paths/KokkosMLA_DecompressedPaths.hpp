@@ -42,14 +42,15 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     const Shape& s = problem_.shape;
     // The latent is a (B*S) x R matrix (its rows apart by its row stride, a
     // slice of a packed array) and w_uk an R x (H*D) one: their product is
-    // K as (B, S, H, D), one GEMM for all heads.
+    // K as (B, S, H, D), one GEMM for all heads (gemm_weights).
     const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
     const std::int64_t ld = latent_row_stride(c.latent);
     Scalar* ws = kv_.data();
     // The GEMM libraries name their own kernels; the region tells tools they belong to this library.
     Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-    gemm_strided_rows(exec, rows, cols, s.latent_dim, c.latent.data(), ld, c.w_uk.data(), ws);
-    gemm_strided_rows(exec, rows, cols, s.latent_dim, c.latent.data(), ld, c.w_uv.data(), ws + rows * cols);
+    gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, c.latent.data(), ld, weight_rows(c.w_uk), ws);
+    gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, c.latent.data(), ld, weight_rows(c.w_uv),
+                 ws + rows * cols);
     Kokkos::Profiling::popRegion();
     return ws;
   }
@@ -218,8 +219,8 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
                    HeadMatrices<const Scalar>{q.at(b * s.queries + t0, 0), q.row, q.head},
                    HeadMatrices<const Scalar>{k + b * s.keys * width, width, s.head_dim}, true, p);
         launch(exec, "KokkosMLA::Decompressed::softmax",
-               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, rows, t0, b, s.queries,
-                                                   s.keys, s.heads, Scalar(this->problem_.scale),
+               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, rows, t0, b, s.queries, s.keys,
+                                                   s.heads, Scalar(this->problem_.scale),
                                                    this->problem_.options.causal},
                this->problem_.backend.team_size, 0);
         gemm_heads(exec, s.heads, rows, s.head_dim, columns, HeadMatrices<const Scalar>{p.data, p.ld, p.step},
@@ -239,7 +240,8 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   static std::int64_t block_rows(const Shape& s, const Backend& be) {
     constexpr std::int64_t kRowsTimesHeads = 16384, kHostRows = 128;
     constexpr std::int64_t kScores = (std::int64_t(1) << 30) / std::int64_t(sizeof(Scalar));
-    const std::int64_t rows = std::min(be.host ? kHostRows : kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
+    const std::int64_t rows =
+        std::min(be.host ? kHostRows : kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
     return std::max<std::int64_t>(1, std::min(rows, s.queries));
   }
 

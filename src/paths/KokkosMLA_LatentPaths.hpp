@@ -47,8 +47,8 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     k.q = head_rows(c.q);
     k.cache.latent = c.latent.data();
     k.cache.latent_ld = std::int64_t(latent_row_stride(c.latent));
-    k.w_uk = c.w_uk.data();
-    k.w_uv = c.w_uv.data();
+    k.w_uk = weight_rows(c.w_uk);
+    k.w_uv = weight_rows(c.w_uv);
     k.out = head_rows(c.out);
     k.lse = lse;
     k.workspace = workspace;
@@ -99,8 +99,8 @@ class AbsorbedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::A
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
     Scalar* ws = workspace_.data();
     // Only the attend step has the softmax state, so only it writes lse.
-    launch_tiled(exec, "KokkosMLA::Absorbed::absorb",
-                 this->template bound<LatentStep::Absorb>(c, {}, ws), this->config_);
+    launch_tiled(exec, "KokkosMLA::Absorbed::absorb", this->template bound<LatentStep::Absorb>(c, {}, ws),
+                 this->config_);
     launch_tiled(exec, "KokkosMLA::Absorbed::attend", this->template bound<LatentStep::Attend>(c, c.lse, ws),
                  this->config_);
     launch_tiled(exec, "KokkosMLA::Absorbed::up_project",

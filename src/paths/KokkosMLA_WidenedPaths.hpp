@@ -65,15 +65,16 @@ class WidenedPrefillPath final : public PlannedPrefill<Scalar, ExecSpace> {
     using Float = ViewTypes<float, memory_space>;
     const Shape& s = widened_.plan.shape();
     FloatPieces pieces{widened_.buffer.data()};
-    auto widen = [&](const auto& v) { return pieces.widen(exec, v.data(), std::int64_t(v.size())); };
     const typename Float::ConstRank4 qw(
         pieces.widen_rows(exec, head_rows(c.q), s.batch * s.queries, s.heads, s.head_dim), s.batch, s.queries,
         s.heads, s.head_dim);
     const typename Float::ConstRank3 lw(
         pieces.widen_rows(exec, token_rows(c.latent), s.batch * s.keys, 1, s.latent_dim), s.batch, s.keys,
         s.latent_dim);
-    const typename Float::ConstRank3 kw(widen(c.w_uk), s.latent_dim, s.heads, s.head_dim);
-    const typename Float::ConstRank3 vw(widen(c.w_uv), s.latent_dim, s.heads, s.head_dim);
+    const typename Float::ConstRank3 kw(pieces.widen_weights(exec, c.w_uk), s.latent_dim, s.heads,
+                                        s.head_dim);
+    const typename Float::ConstRank3 vw(pieces.widen_weights(exec, c.w_uv), s.latent_dim, s.heads,
+                                        s.head_dim);
     const typename Float::Rank4 ow(pieces.take(std::int64_t(c.out.size())), s.batch, s.queries, s.heads,
                                    s.head_dim);
     if (c.lse)
@@ -138,9 +139,10 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
           Fp8GatherKernel<C>{cache_rows<std::uint8_t>(a.cache, a.cache.fp8.tokens),
                              Fp8Format::of(a.cache, s.latent_dim, s.rope_dim), gathered, s.capacity, width});
     else
-      gather_tokens(exec, "KokkosMLA::widen_cache",
-                    GatherKernel<ExecSpace, Scalar, float>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
-                                                           gathered, s.capacity, s.latent_dim, width, 0, s.batch});
+      gather_tokens(
+          exec, "KokkosMLA::widen_cache",
+          GatherKernel<ExecSpace, Scalar, float>{latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim),
+                                                 gathered, s.capacity, s.latent_dim, width, 0, s.batch});
     CacheArguments<C, memory_space, Kokkos::LayoutStride> f;
     f.cache.latent = typename LatentCache<C, memory_space>::Tokens(gathered, s.batch, s.capacity, width);
     f.cache.seqlens = a.cache.seqlens;
@@ -148,7 +150,6 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
     f.indices = a.indices;  // sinks: added by the outer plan
     if constexpr (widens) {
       FloatPieces pieces{gathered + tokens};
-      auto widen = [&](const Scalar* from, std::int64_t n) { return pieces.widen(exec, from, n); };
       auto widen_queries = [&](const auto& v, std::int64_t columns) {
         return typename Inner::ConstRank4(
             pieces.widen_rows(exec, head_rows(v), s.batch * s.queries, s.heads, columns), s.batch, s.queries,
@@ -156,13 +157,14 @@ class WidenedCacheUnit final : public PlannedCache<Scalar, ExecSpace> {
       };
       f.q = widen_queries(a.q, s.head_dim);
       if (s.rope_dim > 0) f.q_rope = widen_queries(a.q_rope, s.rope_dim);
-      const std::int64_t weights = s.latent_dim * s.heads * s.head_dim;
-      f.w_uk = typename Inner::ConstRank3(widen(a.w_uk.data(), weights), s.latent_dim, s.heads, s.head_dim);
-      f.w_uv = typename Inner::ConstRank3(widen(a.w_uv.data(), weights), s.latent_dim, s.heads, s.head_dim);
+      f.w_uk =
+          typename Inner::ConstRank3(pieces.widen_weights(exec, a.w_uk), s.latent_dim, s.heads, s.head_dim);
+      f.w_uv =
+          typename Inner::ConstRank3(pieces.widen_weights(exec, a.w_uv), s.latent_dim, s.heads, s.head_dim);
       f.out = typename Inner::Rank4(pieces.take(rows * s.head_dim), s.batch, s.queries, s.heads, s.head_dim);
       widened_.plan.execute(exec, f);
-      convert_into_rows(exec, "KokkosMLA::narrow", f.out.data(), head_rows(a.out), s.batch * s.queries, s.heads,
-                        s.head_dim);
+      convert_into_rows(exec, "KokkosMLA::narrow", f.out.data(), head_rows(a.out), s.batch * s.queries,
+                        s.heads, s.head_dim);
     } else {
       f.q = a.q;
       f.q_rope = a.q_rope;
