@@ -22,7 +22,8 @@
 // in place), or q as a LayoutLeft view (copied per call), against the
 // contiguous rows of the same run; strided_q/bf16/<shape>/latent_slice the
 // latent as the leading 512 columns of a packed (B, S, 576) KV projection,
-// .../out_slice out as the leading 128 columns of a (B, T, H, 192) array
+// .../out_slice out as the leading 128 columns of a (B, T, H, 192) array,
+// .../weight_halves w_uk and w_uv as the halves of one (R, H, 256) array
 // (strided_q/float/... on CUDA: the same for the Decompressed fp32 path).
 // decode/fp8/... and decode_attention/fp8/... run bf16 queries over an FP8
 // cache in FlashMLA's token layout (Fp8PerBlock), GB/s counting its bytes;
@@ -403,13 +404,14 @@ void time_each_call(benchmark::State& state, const Space& exec, Call call) {
 }
 
 /// How a benchmark hands q (or the latent) to the library.
-enum class QueryLayout { Contiguous, Strided, Left, LatentSlice, OutSlice };
+enum class QueryLayout { Contiguous, Strided, Left, LatentSlice, OutSlice, WeightHalves };
 inline const char* to_string(QueryLayout l) {
   return l == QueryLayout::Contiguous    ? "contiguous"
          : l == QueryLayout::Strided     ? "strided"
          : l == QueryLayout::Left        ? "left"
          : l == QueryLayout::LatentSlice ? "latent_slice"
-                                         : "out_slice";
+         : l == QueryLayout::OutSlice    ? "out_slice"
+                                         : "weight_halves";
 }
 
 /// Prefill with q contiguous, the 128-wide part of DeepSeek's (B, T, H, 192)
@@ -417,8 +419,9 @@ inline const char* to_string(QueryLayout l) {
 /// q_rope), or a LayoutLeft view (a GPU's default layout, copied per call);
 /// or (LatentSlice) with q contiguous and the latent the leading R columns of
 /// a packed (B, S, R + 64) KV projection (read in place); or (OutSlice) out
-/// the leading D columns of a (B, T, H, D + 64) array (written in place);
-/// timed alike.
+/// the leading D columns of a (B, T, H, D + 64) array (written in place); or
+/// (WeightHalves) w_uk and w_uv the halves of one (R, H, 2 D) array, as
+/// DeepSeek's kv_b_proj weight holds them (read in place); timed alike.
 template <class T>
 void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Inputs<T> in(s);
@@ -436,6 +439,13 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
   Kokkos::View<T****, Kokkos::LayoutRight, Space> out_wide;
   if (layout == QueryLayout::OutSlice)
     out_wide = decltype(out_wide)("out_wide", s.batch, s.queries, s.heads, s.head_dim + 64);
+  Kokkos::View<T***, Kokkos::LayoutRight, Space> kv_b("kv_b", s.latent_dim, s.heads, 2 * s.head_dim);
+  const auto head_part = [&](int first) {
+    return Kokkos::subview(kv_b, Kokkos::ALL, Kokkos::ALL, std::make_pair(first, first + int(s.head_dim)));
+  };
+  const auto w_uk = head_part(0), w_uv = head_part(int(s.head_dim));
+  Kokkos::deep_copy(w_uk, v.w_uk);
+  Kokkos::deep_copy(w_uv, v.w_uv);
   Kokkos::View<T****, Kokkos::LayoutLeft, Space> left;
   if (layout == QueryLayout::Left) {
     left = decltype(left)("q_left", s.batch, s.queries, s.heads, s.head_dim);
@@ -449,6 +459,8 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
     time_each_call(state, exec, [&] { plan.execute(exec, left, v.latent, v.w_uk, v.w_uv, v.out); });
   else if (layout == QueryLayout::LatentSlice)
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, latent, v.w_uk, v.w_uv, v.out); });
+  else if (layout == QueryLayout::WeightHalves)
+    time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, w_uk, w_uv, v.out); });
   else if (layout == QueryLayout::OutSlice)
     time_each_call(state, exec, [&] {
       plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv,
@@ -457,9 +469,10 @@ void run_strided_q(benchmark::State& state, Shape s, QueryLayout layout) {
     });
   else
     time_each_call(state, exec, [&] { plan.execute(exec, v.q, v.latent, v.w_uk, v.w_uv, v.out); });
-  state.SetLabel((layout == QueryLayout::LatentSlice ? std::string("latent slice")
-                  : layout == QueryLayout::OutSlice  ? std::string("out slice")
-                                                     : "q " + std::string(to_string(layout))) +
+  state.SetLabel((layout == QueryLayout::LatentSlice    ? std::string("latent slice")
+                  : layout == QueryLayout::OutSlice     ? std::string("out slice")
+                  : layout == QueryLayout::WeightHalves ? std::string("weight halves")
+                                                        : "q " + std::string(to_string(layout))) +
                  ", on " + to_string(plan.path()));
 }
 
@@ -467,9 +480,8 @@ template <class T>
 void register_strided_q(const char* type) {
   for (const Shape& s : shapes()) {
     if (s.head_dim != 128 || s.queries != 4096) continue;
-    for (QueryLayout layout :
-         {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left, QueryLayout::LatentSlice,
-          QueryLayout::OutSlice}) {
+    for (QueryLayout layout : {QueryLayout::Contiguous, QueryLayout::Strided, QueryLayout::Left,
+                               QueryLayout::LatentSlice, QueryLayout::OutSlice, QueryLayout::WeightHalves}) {
       const std::string name =
           std::string("strided_q/") + type + "/" + shape_name(s) + "/" + to_string(layout);
       benchmark::RegisterBenchmark(name.c_str(),
@@ -714,7 +726,8 @@ void register_decode_fp8() {
 #if KOKKOSMLA_ENABLE_SM80
   register_decode_kind("decode_attention", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8);
 #if KOKKOSMLA_ENABLE_SM90A
-  register_decode_kind("decode_attention_sm80", "fp8", DecodeShapes::FlashMLA, &run_decode_attention_fp8_sm80);
+  register_decode_kind("decode_attention_sm80", "fp8", DecodeShapes::FlashMLA,
+                       &run_decode_attention_fp8_sm80);
 #endif
   // Sparse decode's attention step (index listing included), FP8 as FlashMLA stores it and bf16.
   register_decode_kind("decode_sparse_attention", "fp8", DecodeShapes::Sparse, &run_decode_attention_fp8);
@@ -776,10 +789,12 @@ int main(int argc, char** argv) {
     KokkosMLA::Bench::register_decode_kind(
         "decode_registers", "float", KokkosMLA::Bench::DecodeShapes::All,
         &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheRegisters>);
-    KokkosMLA::Bench::register_decode_kind("decode_blocked", "float", KokkosMLA::Bench::DecodeShapes::All,
-                                           &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheBlocked>);
-    KokkosMLA::Bench::register_decode_kind("decode_gemm", "float", KokkosMLA::Bench::DecodeShapes::All,
-                                           &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheGemm>);
+    KokkosMLA::Bench::register_decode_kind(
+        "decode_blocked", "float", KokkosMLA::Bench::DecodeShapes::All,
+        &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheBlocked>);
+    KokkosMLA::Bench::register_decode_kind(
+        "decode_gemm", "float", KokkosMLA::Bench::DecodeShapes::All,
+        &KokkosMLA::Bench::run_decode_on<float, KokkosMLA::Path::CacheGemm>);
     KokkosMLA::Bench::register_decode_kind("decode_gemm", "tf32", KokkosMLA::Bench::DecodeShapes::FlashMLA,
                                            &KokkosMLA::Bench::run_decode_gemm_tf32);
     KokkosMLA::Bench::register_decode_graph<float>("float");
