@@ -69,12 +69,12 @@ void merge_states(const ExecSpace& exec, const OA& out_a, const LA& lse_a, const
   template void Impl::merge_rows<SCALAR, SPACE>(                                                   \
       const SPACE&, Impl::StridedRows<const SCALAR>, Impl::StridedRows<const SCALAR>,              \
       Impl::StridedRows<const SCALAR>, Impl::StridedRows<const SCALAR>, Impl::StridedRows<SCALAR>, \
-      Impl::StridedRows<SCALAR>, std::int64_t);
-extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace) extern KOKKOSMLA_MERGE_INSTANCE(
-    double, Kokkos::DefaultExecutionSpace)
+      Impl::StridedRows<SCALAR>, std::int64_t)
+extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace);
+extern KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultExecutionSpace);
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
-    extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace) extern KOKKOSMLA_MERGE_INSTANCE(
-        double, Kokkos::DefaultHostExecutionSpace)
+extern KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace);
+extern KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultHostExecutionSpace);
 #endif
 
 }  // namespace KokkosMLA

@@ -19,11 +19,11 @@ void merge_rows(const ExecSpace& exec, StridedRows<const Scalar> out_a, StridedR
 
 }  // namespace Impl
 
-KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace)
-KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultExecutionSpace);
+KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultExecutionSpace);
 #ifdef KOKKOSMLA_HOST_SPACE_IS_DISTINCT
-KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace)
-KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultHostExecutionSpace)
+KOKKOSMLA_MERGE_INSTANCE(float, Kokkos::DefaultHostExecutionSpace);
+KOKKOSMLA_MERGE_INSTANCE(double, Kokkos::DefaultHostExecutionSpace);
 #endif
 
 }  // namespace KokkosMLA

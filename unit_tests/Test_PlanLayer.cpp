@@ -218,10 +218,11 @@ TYPED_TEST(PathChoice, ForcedPathIsTakenOrRefusedByName) {
 }
 
 TEST(PathNames, EveryPathHasAName) {
-  for (Path p : {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
-                 Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters,
-                 Path::CacheBlocked, Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost,
-                 Path::DecodeSm90, Path::FlashSm90, Path::DecompressedGemm, Path::CacheGemm})
+  for (Path p :
+       {Path::Fused, Path::Absorbed, Path::DecompressedPortable, Path::DecompressedBlocked,
+        Path::FlashTensorSm80, Path::Widened, Path::CacheLatent, Path::CacheRegisters, Path::CacheBlocked,
+        Path::DecodeTensorSm80, Path::DecompressedHost, Path::CacheHost, Path::DecodeSm90, Path::FlashSm90,
+        Path::DecompressedGemm, Path::CacheGemm})
     EXPECT_NE(to_string(p), "?");
 }
 

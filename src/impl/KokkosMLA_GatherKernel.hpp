@@ -37,8 +37,7 @@ struct GatherKernel {
     const std::int64_t b = first_sequence + i / capacity, s = i % capacity;
     C* const row_to = to + i * width;
     if (s >= from.length(b)) {
-      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width),
-                           [&](const std::int64_t c) { row_to[c] = C(0); });
+      Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](const std::int64_t c) { row_to[c] = C(0); });
       return;
     }
     const std::int64_t row = from.row(b, s);

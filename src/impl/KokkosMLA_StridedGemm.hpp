@@ -56,6 +56,7 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
+  using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
   using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
   if constexpr (calls_cublas<ExecSpace>()) {
@@ -73,6 +74,8 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
                                                a + r0 * lda, int(lda), Scalar(0), c + r0 * cols, int(cols));
     });
 #endif
+  } else if (lda == inner && ldb == cols) {
+    gemm(exec, ConstMatrix(a, rows, inner), ConstMatrix(b, inner, cols), Matrix(c, rows, cols));
   } else {
     gemm(exec, StridedMatrix(a, Kokkos::LayoutStride(rows, lda, inner, 1)),
          StridedMatrix(b, Kokkos::LayoutStride(inner, ldb, cols, 1)), Matrix(c, rows, cols));
@@ -81,19 +84,19 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
 
 /// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
 /// transpose_b, a_h b_h^T (b_h cols x inner), on exec (float or double; exact
-/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x
-/// cols, each head's matrix row-major with its own row stride (HeadMatrices), as one head's slice of a
+/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x cols, each head's matrix
+/// row-major with its own row stride (HeadMatrices), as one head's slice of a
 /// (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host BLAS call
 /// per head where Kokkos Kernels has its BLAS TPL; else Kokkos Kernels' GEMM
 /// per head on LayoutStride views.
 template <class ExecSpace, class Scalar>
 void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
-                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b,
-                bool transpose_b, HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
+                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
+                HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
-  if (rows == 1) {   // one row's stride means nothing, but BLAS checks it against the row's width
+  if (rows == 1) {  // one row's stride means nothing, but BLAS checks it against the row's width
     a.ld = inner;
     c.ld = cols;
   }
@@ -115,9 +118,8 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
     using Strided = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
     using Out = Kokkos::View<Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
     for (std::int64_t h = 0; h < heads; ++h) {
-      const Strided bh = transpose_b
-                             ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
-                             : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
+      const Strided bh = transpose_b ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
+                                     : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
       gemm(exec, Strided(a.data + h * a.step, Kokkos::LayoutStride(rows, a.ld, inner, 1)), bh,
            Out(c.data + h * c.step, Kokkos::LayoutStride(rows, c.ld, cols, 1)), transpose_b ? "T" : "N");
     }

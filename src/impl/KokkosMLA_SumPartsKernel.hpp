@@ -16,7 +16,7 @@ namespace Impl {
 template <class T>
 struct SumPartsKernel {
   const T* parts_of;
-  T* to;  // row (b, r) at to + (b * rows + r) * to_ld
+  T* to;                   // row (b, r) at to + (b * rows + r) * to_ld
   std::int64_t rows, width, parts, to_ld;
   KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
     const std::int64_t c = i % width, r = i / width % rows, b = i / (width * rows);

@@ -17,15 +17,14 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Prefill: 16-bit types end at Widened, float and double at Fused.
-using PrefillPaths = PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath,
-                              DecompressedGemmPath, DecompressedBlockedPath, DecompressedPortablePath,
-                              AbsorbedPath, FusedPath>;
+using PrefillPaths =
+    PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath, DecompressedGemmPath,
+             DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
 /// FP8 caches the tensor-core paths do not take go to Fp8CachePath (Widened).
-using CachePaths =
-    PathList<DecodeSm90Path, DecodeTensorSm80Path, Fp8CachePath, WidenedCachePath, CacheHostPath,
-             CacheGemmPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
+using CachePaths = PathList<DecodeSm90Path, DecodeTensorSm80Path, Fp8CachePath, WidenedCachePath,
+                            CacheHostPath, CacheGemmPath, CacheBlockedPath, CacheRegistersPath, CacheLatentPath>;
 
 }  // namespace Impl
 }  // namespace KokkosMLA
