@@ -73,7 +73,9 @@ TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {
     const auto got = Problem<TypeParam>::host_copy(p.out);
     ASSERT_TRUE(close(got, reference(p, c.opt), tolerance<TypeParam>(), c.shape))
         << "KOKKOSMLA_FUZZ_SEED=" << seed << " algorithm " << to_string(c.opt.algorithm);
-    {  // every argument in a layout of its own (in_layout): the same bits
+    {  // every argument in a layout of its own (in_layout): the same bits, except
+       // that weights read in place with heads not D apart (aligned slices) are
+       // up-projected head by head by the Decompressed paths: to rounding
       std::mt19937_64 rng(seed ^ 0x1a7);
       auto draw = [&] { return kLayouts[rng() % std::size(kLayouts)]; };
       const Layout lq = draw(), ll = draw(), lk = draw(), lv = draw(), lo = draw();
@@ -81,9 +83,13 @@ TYPED_TEST(Fuzz, RandomLegalCasesMatchReferenceAndEachOther) {
       Kokkos::deep_copy(out, TypeParam(std::nan("")));
       attention(Space(), in_layout(p.q, lq), in_layout(p.latent, ll), in_layout(p.w_uk, lk),
                 in_layout(p.w_uv, lv), out, c.opt);
-      ASSERT_EQ(row_values(out), got)
-          << "KOKKOSMLA_FUZZ_SEED=" << seed << " layouts q " << to_string(lq) << ", latent " << to_string(ll)
-          << ", w_uk " << to_string(lk) << ", w_uv " << to_string(lv) << ", out " << to_string(lo);
+      const std::string layouts = "KOKKOSMLA_FUZZ_SEED=" + std::to_string(seed) + " layouts q " +
+                                  to_string(lq) + ", latent " + to_string(ll) + ", w_uk " + to_string(lk) +
+                                  ", w_uv " + to_string(lv) + ", out " + to_string(lo);
+      if (lk == Layout::Aligned || lv == Layout::Aligned)
+        ASSERT_TRUE(close(row_values(out), got, tolerance<TypeParam>(), c.shape)) << layouts;
+      else
+        ASSERT_EQ(row_values(out), got) << layouts;
     }
     Options other = c.opt;
     other.algorithm = c.opt.algorithm == Algorithm::Decompressed ? Algorithm::Fused : Algorithm::Decompressed;

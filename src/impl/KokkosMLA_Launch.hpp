@@ -50,7 +50,13 @@ void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_
   if (exact && allowed < team_size)
     throw std::runtime_error(std::string(label) + ": needs " + std::to_string(team_size) +
                              " threads per team, the backend allows " + std::to_string(allowed));
-  Policy policy(exec, int(league), team_size < allowed ? team_size : allowed);
+  // The functor travels as the kernel's argument (HintLightWeight, up to 4 KB
+  // on CUDA): from 512 bytes on, Kokkos would otherwise stage it through
+  // constant memory behind a host-side event wait, which stalls the host and
+  // which a CUDA graph capture cannot take.
+  auto policy =
+      Kokkos::Experimental::require(Policy(exec, int(league), team_size < allowed ? team_size : allowed),
+                                    Kokkos::Experimental::WorkItemProperty::HintLightWeight);
   policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
   Kokkos::parallel_for(label, policy, k);
 }
