@@ -126,9 +126,11 @@ ArgInfo describe(const char* name, const V& v) {
   ArgInfo a;
   a.name = name;
   a.rank = int(V::rank);
+  std::size_t strides[int(V::rank) + 1] = {};  // and the span: what View::stride writes
+  v.stride(strides);
   for (int i = 0; i < a.rank && i < 4; ++i) {
     a.extent[i] = std::int64_t(v.extent(i));
-    a.stride[i] = std::int64_t(v.stride(i));
+    a.stride[i] = std::int64_t(strides[i]);
   }
   a.data = v.data();
   a.bytes = v.span() * sizeof(typename V::value_type);
