@@ -11,7 +11,7 @@
 // 128-byte-swizzled layout, and one copy of a tile serves both groups. Per
 // tile j a warpgroup
 //   issues S_j = Q K_j^T   (D / 16 m64n128k16 products, both operands in scratch),
-//   issues O += P_{j-1} V_{j-1}   (m64n64k16 products, P from registers, V read
+//   issues O += P_{j-1} V_{j-1}   (m64nDk16 products, P from registers, V read
 //                          transposed), so that the tensor cores run the
 //                          previous tile's values while
 //   the softmax of S_j runs once S_j is done (max, exponentials, sums), and
@@ -47,7 +47,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   static constexpr int kRows = 64 * kGroups;  // query rows a team: one product's M per warpgroup
   static constexpr int kKeys = 128;           // keys a tile: the score product's N
   static constexpr int kScores = kKeys / 2;   // score accumulators a thread
-  static constexpr int kChunks = D / 64;      // m64n64 value products per 16 keys
+  static constexpr int kChunks = D / 64;      // 64-column blocks of O (one m64nD value product per 16 keys)
   static constexpr int kPieces = D / 8;       // 16-byte pieces a row
   static constexpr int kQueryBytes = kRows * D * 2;
   static constexpr int kTileBytes = kKeys * D * 2;
@@ -213,7 +213,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       wgmma::pack_probabilities<Ops>(pa, s);
       take_turn();
       issue_scores(s, queries_at, shared_at(keys_ring.buffer(j)));
-      wgmma::issue_values<kBf16>(o, pa, shared_at(values_ring.buffer(j - 1)), kKeys, 0);
+      wgmma::issue_values<kBf16, D>(o, pa, shared_at(values_ring.buffer(j - 1)), kKeys, 0);
       pass_turn();
       if (j + 1 < tiles) fill(k_from, keys_ring, j + 1);
       fill(v_from, values_ring, j);
@@ -234,7 +234,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     wgmma::fence_shared_writes();
     wgmma::pack_probabilities<Ops>(pa, s);
     take_turn();
-    wgmma::issue_values<kBf16>(o, pa, shared_at(values_ring.buffer(tiles - 1)), kKeys, 0);
+    wgmma::issue_values<kBf16, D>(o, pa, shared_at(values_ring.buffer(tiles - 1)), kKeys, 0);
     if (group == 0) pass_turn();  // group 1's last turn is passed to no one
     wgmma::wait<0>();
     KOKKOSMLA_UNROLL

@@ -16,6 +16,7 @@
 // (transposed) as the values of O = P V.
 
 #include <cstdint>
+#include <type_traits>
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define KOKKOSMLA_SM90A_DEVICE_CODE 1
@@ -123,6 +124,14 @@ __device__ inline void pin(float (&d)[N]) {
   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
   " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
   "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+#define KOKKOSMLA_RS_N128_TRANSPOSED(TYPE)                                            \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"                                        \
+  "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE                        \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "          \
+  "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "  \
+  "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "  \
+  "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, " \
+  "{%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
 #define KOKKOSMLA_SS_N64_TRANSPOSED(TYPE)                                                                  \
   "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
   "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE                                              \
@@ -214,6 +223,29 @@ __device__ inline void product_n64_transposed(float (&d)[32], const unsigned (&a
 #endif
 }
 
+/// [d0 d1] (64 x 128) += A B over 16 rows of B: A (64 x 16) in registers as
+/// mma.sync's m16n8k16 A fragments, B (16 x 128) MN-major in shared memory as
+/// two 64-column blocks (the descriptor's leading offset apart); d0 holds
+/// columns 0 .. 63, d1 64 .. 127. One product where two m64n64 would read A twice.
+template <bool Bf16>
+__device__ inline void product_n128_transposed(float (&d0)[32], float (&d1)[32], const unsigned (&a)[4],
+                                               std::uint64_t b) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (Bf16)
+    asm volatile(KOKKOSMLA_RS_N128_TRANSPOSED("bf16")
+                 : KOKKOSMLA_F8(d0, 0), KOKKOSMLA_F8(d0, 8), KOKKOSMLA_F8(d0, 16), KOKKOSMLA_F8(d0, 24),
+                   KOKKOSMLA_F8(d1, 0), KOKKOSMLA_F8(d1, 8), KOKKOSMLA_F8(d1, 16), KOKKOSMLA_F8(d1, 24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+  else
+    asm volatile(KOKKOSMLA_RS_N128_TRANSPOSED("f16")
+                 : KOKKOSMLA_F8(d0, 0), KOKKOSMLA_F8(d0, 8), KOKKOSMLA_F8(d0, 16), KOKKOSMLA_F8(d0, 24),
+                   KOKKOSMLA_F8(d1, 0), KOKKOSMLA_F8(d1, 8), KOKKOSMLA_F8(d1, 16), KOKKOSMLA_F8(d1, 24)
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+#else
+  (void)d0, (void)d1, (void)a, (void)b;
+#endif
+}
+
 /// d (64 x 64) += A B over 16 rows of B: A (64 x 16) K-major and B (16 x 64)
 /// MN-major, both in shared memory.
 template <bool Bf16>
@@ -235,20 +267,34 @@ __device__ inline void product_n64_transposed(float (&d)[32], std::uint64_t a, s
 /// Issues o += P V as one group: P one A operand per 16 keys (mma.sync A
 /// fragments in registers, unsigned[4], or a shared-memory descriptor), V a
 /// swizzled tile of `keys` rows read transposed, chunk c of o from the
-/// tile's 64-column block first_block + c.
-template <bool Bf16, int Chunks, int Steps, class A>
+/// tile's 64-column block first_block + c. Columns: of one product, 64, or
+/// 128 (two chunks a product; P in registers), which the prefill kernel
+/// measured 2-3 % faster and the decode kernel's scores group 22 % slower
+/// (docs/performance.md).
+template <bool Bf16, int Columns = 64, int Chunks, int Steps, class A>
 __device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps], unsigned tile_at, int keys,
                                     int first_block) {
 #pragma unroll
   for (int c = 0; c < Chunks; ++c) pin(o[c]);
   fence();
 #pragma unroll
-  for (int j = 0; j < Steps; ++j)
+  for (int j = 0; j < Steps; ++j) {
+    if constexpr (Columns == 128) {
+      static_assert(Chunks % 2 == 0 && std::is_same<A, unsigned[4]>::value, "chunk pairs, P in registers");
 #pragma unroll
-    for (int c = 0; c < Chunks; ++c)
-      product_n64_transposed<Bf16>(
-          o[c], pa[j],
-          descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+      for (int c = 0; c < Chunks; c += 2)
+        product_n128_transposed<Bf16>(
+            o[c], o[c + 1], pa[j],
+            descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+    } else {
+      static_assert(Columns == 64, "products of 64 or 128 columns");
+#pragma unroll
+      for (int c = 0; c < Chunks; ++c)
+        product_n64_transposed<Bf16>(
+            o[c], pa[j],
+            descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+    }
+  }
   commit();
 }
 
@@ -258,6 +304,7 @@ __device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps]
 #undef KOKKOSMLA_SS_N128
 #undef KOKKOSMLA_RS_N64_TRANSPOSED
 #undef KOKKOSMLA_SS_N64_TRANSPOSED
+#undef KOKKOSMLA_RS_N128_TRANSPOSED
 
 }  // namespace wgmma
 }  // namespace Impl
