@@ -4,17 +4,41 @@
 
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
 #include "impl/KokkosMLA_TensorGemm.hpp"
+#include "paths/KokkosMLA_CachePaths.hpp"
 
 #include <sstream>
 
 namespace KokkosMLA {
 namespace Impl {
 
+namespace {
+
+/// Whether float on tensor cores gives way, by default, to attention by
+/// cuBLAS GEMMs (CacheGemm, from 128 query rows a sequence), which on the
+/// H200 (B = 128, H = 128, S = 4096, same runs) was faster:
+///   - exact fp32 GEMMs in place of 3xTF32 (emulate_fp32), as accurate:
+///     4.76 against 5.21 ms at Tq = 1, 8.21 against 10.41 at Tq = 2;
+///   - TF32 GEMMs (allow_tf32) from 256 rows: 3.43 against 4.61 ms at
+///     Tq = 2 (at Tq = 1, 128 rows, this kernel: 2.35 against 2.45).
+/// The GEMMs read each token once for all of a sequence's rows; the kernel's
+/// teams hold 64.
+constexpr std::int64_t kTf32GemmRows = 256;
+
+template <class Scalar>
+bool gemms_preferred(const CacheProblem& p) {
+  if (!std::is_same<Scalar, float>::value || p.options.path || !CacheGemmPath<float, Kokkos::Cuda>::applicable(p))
+    return false;
+  return p.options.emulate_fp32 || p.shape.queries * p.shape.heads >= kTf32GemmRows;
+}
+
+}  // namespace
+
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
   // float tiles are fp32: FP8 tokens are dequantised to 16-bit ones only.
   const bool storage_taken = is_half_precision<Scalar>::value || p.shape.storage == CacheStorage::Native;
   return tensor_products_allowed<Scalar>(p.options) && storage_taken && tensor_cache_widths(p.shape) &&
+         !gemms_preferred<Scalar>(p) &&
          p.backend.compute_capability >= 80 &&
          decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
              decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
