@@ -65,15 +65,18 @@ struct Options {
   /// docs/performance.md states the bound on out): prefill by the
   /// Decompressed algorithm (head_dim 64 or 128), and cache attention over
   /// native caches of latent 512 with RoPE 64 or none (the DecodeTensorSm80
-  /// path, where Kokkos lets a team have 78 KB of scratch). Every other plan
-  /// ignores it.
+  /// path, where Kokkos lets a team have 78 KB of scratch; from 256 query
+  /// rows a sequence, Tq x H, attention by cuBLAS's TF32 GEMMs instead, which
+  /// measured faster there). Every other plan ignores it.
   bool allow_tf32 = false;
   /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
   /// same tensor-core paths as allow_tf32 with fp32 accuracy: every product
   /// of the attention as three TF32 products of the operands' high and low
   /// parts (3xTF32), the GEMMs around it in fp32. Its error stays within
   /// twice that of plain fp32 (docs/performance.md); it takes precedence
-  /// over allow_tf32. Every other plan ignores it.
+  /// over allow_tf32. Cache attention from 128 query rows a sequence takes
+  /// exact fp32 GEMMs instead where cuBLAS is (faster there, and as
+  /// accurate). Every other plan ignores it.
   bool emulate_fp32 = false;
   /// Runs this execution path instead of the plan's choice (A/B comparisons
   /// of kernels, reproducing a result across machines): a Plan or CachePlan
