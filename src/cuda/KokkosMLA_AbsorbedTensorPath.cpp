@@ -84,13 +84,11 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::run(const ExecSpace& exec, const Cal
   // attention's products), TF32 ones under allow_tf32.
   const FloatGemm float_gemm = float_gemm_for<Scalar>(problem_.options);
   const HeadRows<const Scalar> w_uk = weight_rows(a.w_uk), w_uv = weight_rows(a.w_uv);
-  tensor_gemm_heads<Scalar>(exec, H, rows, R, D, Const{a.q.data(), head_rows(a.q).row, head_rows(a.q).head},
-                            Const{w_uk.ptr, w_uk.row, w_uk.head}, true, HeadMatrices<Scalar>{qa, H * R, R},
-                            float_gemm);
+  tensor_gemm_heads<Scalar>(exec, H, rows, R, D, head_matrices(head_rows(a.q)), head_matrices(w_uk), true,
+                            HeadMatrices<Scalar>{qa, H * R, R}, float_gemm);
   attend_absorbed(exec, a, qa);
-  const HeadRows<Scalar> out = head_rows(a.out);
-  tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, Const{w_uv.ptr, w_uv.row, w_uv.head},
-                            false, HeadMatrices<Scalar>{out.ptr, out.row, out.head}, float_gemm);
+  tensor_gemm_heads<Scalar>(exec, H, rows, D, R, Const{qa, H * R, R}, head_matrices(w_uv), false,
+                            head_matrices(head_rows(a.out)), float_gemm);
 }
 
 template <class Scalar, class ExecSpace>

@@ -26,7 +26,8 @@ constexpr std::int64_t kTf32GemmRows = 256;
 
 template <class Scalar>
 bool gemms_preferred(const CacheProblem& p) {
-  if (!std::is_same<Scalar, float>::value || p.options.path || !CacheGemmPath<float, Kokkos::Cuda>::applicable(p))
+  if (!std::is_same<Scalar, float>::value || p.options.path ||
+      !CacheGemmPath<float, Kokkos::Cuda>::applicable(p))
     return false;
   return p.options.emulate_fp32 || p.shape.queries * p.shape.heads >= kTf32GemmRows;
 }
@@ -38,8 +39,7 @@ bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) 
   // float tiles are fp32: FP8 tokens are dequantised to 16-bit ones only.
   const bool storage_taken = is_half_precision<Scalar>::value || p.shape.storage == CacheStorage::Native;
   return tensor_products_allowed<Scalar>(p.options) && storage_taken && tensor_cache_widths(p.shape) &&
-         !gemms_preferred<Scalar>(p) &&
-         p.backend.compute_capability >= 80 &&
+         !gemms_preferred<Scalar>(p) && p.backend.compute_capability >= 80 &&
          decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
              decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
 }

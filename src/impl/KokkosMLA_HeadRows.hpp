@@ -28,6 +28,12 @@ KOKKOS_INLINE_FUNCTION HeadRows<T> packed_rows(T* p, std::int64_t heads, std::in
   return {p, heads * width, width};
 }
 
+/// The same rows, read-only.
+template <class T>
+KOKKOS_INLINE_FUNCTION HeadRows<const T> read_only(HeadRows<T> r) {
+  return {r.ptr, r.row, r.head};
+}
+
 /// Read-only rows handed to a routine that moves rows both ways (it only
 /// reads these).
 template <class T>

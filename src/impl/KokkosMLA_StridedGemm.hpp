@@ -139,7 +139,7 @@ void gemm_weights(const ExecSpace& exec, std::int64_t rows, std::int64_t heads, 
   if (w.head == dim || heads == 1)
     gemm_strided_rows(exec, rows, heads * dim, inner, a, lda, w.ptr, w.row, c, float_gemm);
   else
-    gemm_heads<ExecSpace, Scalar>(exec, heads, rows, dim, inner, {a, lda, 0}, {w.ptr, w.row, w.head}, false,
+    gemm_heads<ExecSpace, Scalar>(exec, heads, rows, dim, inner, {a, lda, 0}, head_matrices(w), false,
                                   {c, heads * dim, dim}, float_gemm);
 }
 

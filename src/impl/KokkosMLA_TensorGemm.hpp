@@ -9,6 +9,8 @@
 #include <KokkosMLA_Precision.hpp>
 #include <KokkosMLA_config.hpp>
 
+#include "KokkosMLA_HeadRows.hpp"
+
 #include <climits>
 #include <cstdint>
 #include <initializer_list>
@@ -80,6 +82,12 @@ struct HeadMatrices {
   T* data;
   std::int64_t ld, step;
 };
+
+/// The head matrices of rows laid out as HeadRows: head h's rows r.row apart, heads r.head apart.
+template <class T>
+HeadMatrices<T> head_matrices(HeadRows<T> r) {
+  return {r.ptr, r.row, r.head};
+}
 
 }  // namespace Impl
 }  // namespace KokkosMLA

@@ -485,8 +485,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     // [qa, q_rope]: (B Tq, H, R + Dr), then oa in the first R columns.
     const HeadRows<Scalar> qa{absorbed_.data(), s.heads * w, w};
     const auto q = head_rows(a.q);
-    gemm(exec, s.heads, tokens, s.latent_dim, s.head_dim, {q.ptr, q.row, q.head},
-         {w_uk.ptr, w_uk.row, w_uk.head}, true, {qa.ptr, qa.row, qa.head});
+    gemm(exec, s.heads, tokens, s.latent_dim, s.head_dim, head_matrices(q), head_matrices(w_uk), true,
+         head_matrices(qa));
     if (s.rope_dim > 0)
       convert_rows(exec, "KokkosMLA::CacheAttention::rope_queries", head_rows(a.q_rope),
                    HeadRows<Scalar>{qa.ptr + s.latent_dim, qa.row, qa.head}, tokens, s.heads, s.rope_dim);
@@ -525,8 +525,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
                              SumPartsKernel<Scalar>{partial, rows_of_chunk, n_rows, s.latent_dim, parts_, w});
     }
     const auto out = head_rows(a.out);
-    gemm(exec, s.heads, tokens, s.head_dim, s.latent_dim, {qa.ptr, qa.row, qa.head},
-         {w_uv.ptr, w_uv.row, w_uv.head}, false, {out.ptr, out.row, out.head});
+    gemm(exec, s.heads, tokens, s.head_dim, s.latent_dim, head_matrices(read_only(qa)), head_matrices(w_uv),
+         false, head_matrices(out));
   }
 
  private:
