@@ -21,7 +21,7 @@ namespace {
 ///   - TF32 GEMMs (allow_tf32) from 256 rows: 3.43 against 4.61 ms at
 ///     Tq = 2 (at Tq = 1, 128 rows, this kernel: 2.35 against 2.45).
 /// The GEMMs read each token once for all of a sequence's rows; the kernel's
-/// teams hold 64.
+/// teams hold 16.
 constexpr std::int64_t kTf32GemmRows = 256;
 
 template <class Scalar>
