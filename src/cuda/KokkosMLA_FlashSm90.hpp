@@ -2,7 +2,8 @@
 #define KOKKOSMLA_FLASHSM90_HPP
 // Prefill on Hopper's warpgroup products (sm_90a), 16-bit types, head_dim
 // 64 or 128: K and V by cuBLAS (TensorPrefill), then the wgmma flash kernel
-// (src/cuda/sm90a/KokkosMLA_FlashSm90Kernel.hpp), 128 query rows a team. It
+// (src/cuda/sm90a/KokkosMLA_FlashSm90Kernel.hpp), 128 query rows a team, K
+// and V copied by TMA. It
 // needs compute capability 9.0 and the large team scratch of a Kokkos with
 // the CUDA shared-memory opt-in. Defined in src/cuda/sm90a/KokkosMLA_FlashSm90.cu,
 // built where KOKKOSMLA_ENABLE_SM90A.
@@ -25,6 +26,10 @@ class FlashSm90Path final : public TensorPrefill<Scalar, ExecSpace> {
   Path path() const override { return id; }
   std::string describe() const override;
   void run(const ExecSpace& exec, const Call& call) const override;
+
+ private:
+  /// The kernel's TMA maps of the workspace's K and V, made once.
+  Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> tile_maps_;
 };
 
 }  // namespace Impl

@@ -95,6 +95,8 @@ struct Ring {
   int stages;
   int bytes;  ///< of a buffer
   __device__ char* buffer(int i) const { return buffers + i % stages * bytes; }
+  /// The full barrier of tile i's buffer.
+  __device__ std::uint64_t* full_of(int i) const { return full + i % stages; }
   /// Waits until tile i has landed.
   __device__ void await(int i) const { wait(full + i % stages, (i / stages) & 1); }
   /// This thread's part of tile i has landed (written by ordinary stores).

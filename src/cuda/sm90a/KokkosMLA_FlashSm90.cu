@@ -6,6 +6,7 @@
 #include "impl/KokkosMLA_Launch.hpp"
 
 #include <sstream>
+#include <stdexcept>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -20,12 +21,21 @@ std::size_t scratch_bytes(std::int64_t d) {
 
 template <class T, int D>
 void launch_flash(const Kokkos::Cuda& exec, const Shape& s, float scale, bool causal, HeadRows<const T> q,
-                  const T* k, HeadRows<T> out, LseRows<float> lse) {
+                  const T* k, const std::uint64_t* tile_maps, HeadRows<T> out, LseRows<float> lse) {
   using Kernel = FlashSm90Kernel<T, D>;
   Kernel f{q, k, k + kv_elements(s), out, lse, s.batch, s.queries, s.keys, s.heads, scale, causal};
   f.head_group = Kernel::head_group_for(s.keys);
+  f.tile_maps = tile_maps;
   launch(exec, "KokkosMLA::Decompressed::flash_sm90", f, Kernel::kThreads, Kernel::scratch_bytes(), true,
          typename Kernel::bounds());
+}
+
+/// The TMA maps of the workspace's K and V (B, S, H, D) for the kernel of head dimension D.
+template <class T, int D>
+void encode_tile_maps(std::uint64_t* maps, const T* k, const Shape& s) {
+  const tma::TensorShape shape = FlashSm90Kernel<T, D>::tile_shape(s.batch, s.keys, s.heads);
+  tma::encode(maps, k, shape);
+  tma::encode(maps + tma::kMapWords, k + kv_elements(s), shape);
 }
 
 }  // namespace
@@ -43,8 +53,22 @@ bool FlashSm90Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p) {
 }
 
 template <class Scalar, class ExecSpace>
-FlashSm90Path<Scalar, ExecSpace>::FlashSm90Path(const ExecSpace&, const PrefillProblem& p)
-    : TensorPrefill<Scalar, ExecSpace>(p) {}
+FlashSm90Path<Scalar, ExecSpace>::FlashSm90Path(const ExecSpace& exec, const PrefillProblem& p)
+    : TensorPrefill<Scalar, ExecSpace>(p),
+      tile_maps_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::FlashSm90::tile_maps"),
+                 2 * tma::kMapWords) {
+  // K and V stay at the workspace's address for the plan's life: their maps are made once.
+  if (reinterpret_cast<std::uintptr_t>(tile_maps_.data()) % 64 != 0)
+    throw std::runtime_error("KokkosMLA: the TMA maps' allocation is not 64-byte aligned");
+  alignas(64) std::uint64_t maps[2 * tma::kMapWords];
+  if (p.shape.head_dim == 64)
+    encode_tile_maps<Scalar, 64>(maps, this->kv_.data(), p.shape);
+  else
+    encode_tile_maps<Scalar, 128>(maps, this->kv_.data(), p.shape);
+  Kokkos::deep_copy(exec, tile_maps_,
+                    Kokkos::View<const std::uint64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(maps, 2 * tma::kMapWords));
+  exec.fence();  // maps is about to go out of scope
+}
 
 template <class Scalar, class ExecSpace>
 std::string FlashSm90Path<Scalar, ExecSpace>::describe() const {
@@ -63,9 +87,11 @@ void FlashSm90Path<Scalar, ExecSpace>::run(const ExecSpace& exec, const Call& c)
   const float scale = float(this->problem_.scale);
   const bool causal = this->problem_.options.causal;
   if (s.head_dim == 64)
-    launch_flash<Scalar, 64>(exec, s, scale, causal, head_rows(c.q), k, head_rows(c.out), c.lse);
+    launch_flash<Scalar, 64>(exec, s, scale, causal, head_rows(c.q), k, tile_maps_.data(), head_rows(c.out),
+                             c.lse);
   else
-    launch_flash<Scalar, 128>(exec, s, scale, causal, head_rows(c.q), k, head_rows(c.out), c.lse);
+    launch_flash<Scalar, 128>(exec, s, scale, causal, head_rows(c.q), k, tile_maps_.data(), head_rows(c.out),
+                              c.lse);
 }
 
 #if KOKKOSMLA_HAS_HALF

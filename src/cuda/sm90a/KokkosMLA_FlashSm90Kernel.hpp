@@ -7,8 +7,8 @@
 // A team is two warpgroups (256 threads) over 128 query rows of one (batch,
 // head), 64 per warpgroup; teams take tiles in the mma.sync kernel's order
 // (FlashOperands::locate). The queries stay in team scratch; K and V arrive in
-// 128-key tiles by cp.async (two buffers each) in wgmma's
-// 128-byte-swizzled layout, and one copy of a tile serves both groups. Per
+// 128-key tiles (two buffers each) in wgmma's 128-byte-swizzled layout,
+// copied by TMA from one thread, and one copy of a tile serves both groups. Per
 // tile j a warpgroup
 //   issues S_j = Q K_j^T   (D / 16 m64n128k16 products, both operands in scratch),
 //   issues O += P_{j-1} V_{j-1}   (m64nDk16 products, P from registers, V read
@@ -20,13 +20,17 @@
 // barrier per tile: a buffer is filled when both groups have released its
 // last tile (an mbarrier each way), and the groups take turns issuing their
 // products (named barriers), so that one's softmax runs under the other's
-// products. K_{j+1} and V_j are requested during tile j. Masks are applied
+// products. A buffer is refilled as soon as both groups release it: K_{j+2}
+// and V_{j+1} are requested during tile j. Masks are applied
 // only on tiles that cross the causal diagonal or the last key. Scratch:
 // 32 + 4 x 32 KB at D = 128 (161 KB), half that at D = 64: a Kokkos with the
 // CUDA shared-memory opt-in. A third V buffer (193 KB), so that filling V
-// never waits for the other group, measured 2-3 % slower.
+// never waits for the other group, measured 2-3 % slower. (Before TMA every
+// thread issued 16 cp.async copies a tile, and a copying warpgroup issuing
+// them all was 11-13 % slower: docs/performance.md.)
 
 #include "cuda/sm90a/KokkosMLA_Barriers.hpp"
+#include "cuda/sm90a/KokkosMLA_Tma.hpp"
 #include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_FlashTensorKernel.hpp"
@@ -53,9 +57,29 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   static constexpr int kTileBytes = kKeys * D * 2;
   static constexpr int kKeyStages = 2, kValueStages = 2;             // tile buffers
   static constexpr int kBarriers = 2 * (kKeyStages + kValueStages);  // full and empty, of each buffer
+  static constexpr int kKeysMap = 0, kValuesMap = 1;                 // tile_maps: K's, then V's
+  static constexpr int kCopier = 128;                                 // the thread that issues the copies
+  /// Barriers: full and empty of the K ring, then of the V ring. A full
+  /// barrier has one arrival a phase (the copier's), an empty one a thread's each.
+  KOKKOS_INLINE_FUNCTION static bool is_full_barrier(int i) {
+    return i < kKeyStages || (i >= 2 * kKeyStages && i < 2 * kKeyStages + kValueStages);
+  }
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
+  /// TMA maps of K and V (tma::kMapWords words each, in device memory), each
+  /// as the rank-4 tensor (D, H, S, B) read in boxes of 64 columns x kKeys
+  /// keys: keys past S arrive as zeros.
+  const std::uint64_t* tile_maps = nullptr;
+
+  /// The TMA view of K or V (B, S, H, D) at `base`.
+  static tma::TensorShape tile_shape(std::int64_t batch, std::int64_t keys, std::int64_t heads) {
+    const std::uint64_t row = std::uint64_t(D) * sizeof(Element);
+    return {4,
+            {std::uint64_t(D), std::uint64_t(heads), std::uint64_t(keys), std::uint64_t(batch)},
+            {row, row * heads, row * heads * keys},
+            {64, 1, std::uint32_t(kKeys), 1}};
+  }
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return std::size_t(kQueryBytes) + (kKeyStages + kValueStages) * std::size_t(kTileBytes) +
@@ -99,38 +123,13 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     }
   }
 
-  /// This thread's share of copying a tile: the 16-byte piece `piece` of
-  /// rows first, first + kStep, ... (kStep a multiple of 8, so that each row's
-  /// piece lands at the same swizzled column: one offset, rows 128 bytes apart).
-  static constexpr int kStep = kThreads / kPieces;
-  struct TileCopy {
-    int first;             ///< this thread's first row of a tile
-    int at;                ///< its byte offset in the tile
-    std::int64_t advance;  ///< elements from one of its rows to the next (kStep keys)
-  };
-
-  /// Starts copying rows k0 .. k0 + kKeys - 1 of one head of K or V (zeros
-  /// from `keys` on) into a swizzled tile; `from` is this thread's piece of
-  /// row k0 + c.first. The caller commits.
-  __device__ static void stage_tile(const Element* from, int remaining, char* tile, const TileCopy& c) {
-    static_assert(kKeys % kStep == 0 && kStep % 8 == 0, "whole passes, rows at one swizzled column");
-    KOKKOSMLA_UNROLL
-    for (int pass = 0; pass < kKeys / kStep; ++pass) {
-      const bool valid = c.first + pass * kStep < remaining;
-      copy_async<CopyVia::L2>(tile + c.at + pass * kStep * 128, valid ? from + pass * c.advance : from,
-                              valid);
-    }
-  }
-
   __device__ void attend(const Member& team) const {
     const int rank = team.team_rank(), group = rank / 128, lane = rank % 32;
     const int t = lane % 4;                                             // fragment column pair
     const int row0 = 64 * group + 16 * ((rank % 128) / 32) + lane / 4;  // this thread's rows: row0, row0 + 8
     const FlashTile at = this->locate(team.league_rank(), query_tiles());
-    const std::int64_t q0 = at.tile * kRows, pair = (at.b * keys) * heads + at.h;
+    const std::int64_t q0 = at.tile * kRows;
     const auto* qh = reinterpret_cast<const Element*>(q.at(at.b * queries, at.h));
-    const auto* kh = reinterpret_cast<const Element*>(k) + pair * D;
-    const auto* vh = reinterpret_cast<const Element*>(v) + pair * D;
 
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     char* query_tile =
@@ -150,36 +149,37 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     const int mask_from = int(row_end(q0 + 64 * group));         // this group's first row sees fewest
     const int visible0 = int(row_end(q0 + row0)), visible1 = int(row_end(q0 + row0 + 8));
 
-    const std::int64_t ld = heads * D;  // elements between rows of one head of K or V
-    const TileCopy copy{rank / kPieces, wgmma::swizzled_offset(kKeys, rank / kPieces, 8 * (rank % kPieces)),
-                        kStep * ld};
-    const Element* k_from = kh + copy.first * ld + 8 * (rank % kPieces);  // this thread's piece of row 0
-    const Element* v_from = vh + (k_from - kh);
-    const int key_count = int(keys);
-
-    // Tile i lives in buffer i % 2 of its ring. full: its copies have landed
-    // (each thread arrives when its own have); empty: both groups are done
-    // with it. The n-th use of a buffer is its barriers' phase n.
+    // Tile i lives in buffer i % 2 of its ring. full: its bytes have landed
+    // (the copying thread announces them); empty: both groups are done with
+    // it. The n-th use of a buffer is its barriers' phase n.
     std::uint64_t* barriers = reinterpret_cast<std::uint64_t*>(value_tiles + kValueStages * kTileBytes);
     const sync::Ring keys_ring{key_tiles, barriers, barriers + kKeyStages, kKeyStages, kTileBytes};
     const sync::Ring values_ring{value_tiles, barriers + 2 * kKeyStages,
                                  barriers + 2 * kKeyStages + kValueStages, kValueStages, kTileBytes};
     if (rank == 0)
-      for (int i = 0; i < kBarriers; ++i) sync::init(barriers + i, kThreads);
+      for (int i = 0; i < kBarriers; ++i) sync::init(barriers + i, is_full_barrier(i) ? 1 : kThreads);
     team.team_barrier();
-    auto fill = [&](const Element* from, const sync::Ring& ring, int i) {
+    // One thread of group 1, the group that releases tiles last, copies every
+    // tile by TMA as soon as its buffer is free: K_{j+2} once both groups
+    // have S_j, V_{j+1} once both have O += P_{j-1} V_{j-1}.
+    const bool copier = rank == kCopier;
+    auto fill = [&](int tensor, const sync::Ring& ring, int i) {
       if (i >= ring.stages) ring.await_release(i - ring.stages);
-      stage_tile(from + std::int64_t(i) * kKeys * ld, key_count - i * kKeys, ring.buffer(i), copy);
-      ring.filled_when_copied(i);
+      tma::expect_bytes(ring.full_of(i), kTileBytes);
+      KOKKOSMLA_UNROLL
+      for (int block = 0; block < kChunks; ++block)
+        tma::load_box(ring.buffer(i) + block * kKeys * 128, tile_maps + tensor * tma::kMapWords, 64 * block,
+                      int(at.h), i * kKeys, int(at.b), ring.full_of(i));
     };
     // The groups take turns issuing products (named barriers 1 and 2), so
     // that one's softmax runs while the tensor cores work for the other.
     auto take_turn = [&] { sync::named_wait(1 + group, kThreads); };
     auto pass_turn = [&] { sync::named_arrive(2 - group, kThreads); };
 
-    fill(k_from, keys_ring, 0);
-    if (tiles > 1) fill(k_from, keys_ring, 1);
-    fill(v_from, values_ring, 0);
+    if (copier) {
+      for (int i = 0; i < kKeyStages && i < tiles; ++i) fill(kKeysMap, keys_ring, i);
+      for (int i = 0; i < kValueStages && i < tiles; ++i) fill(kValuesMap, values_ring, i);
+    }
     stage_queries(qh, q0, query_tile, rank);  // under the copies
     wgmma::fence_shared_writes();
     team.team_barrier();          // the queries visible
@@ -202,6 +202,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     pass_turn();
     wgmma::wait<0>();
     keys_ring.release(0);
+    if (copier && kKeyStages < tiles) fill(kKeysMap, keys_ring, kKeyStages);
     wgmma::pin(s);
     wgmma::online_softmax(s, m, l, correction, kKeys > mask_from, visible0, visible1, t, scale2);
     unsigned pa[kKeys / 16][4];
@@ -215,15 +216,15 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       issue_scores(s, queries_at, shared_at(keys_ring.buffer(j)));
       wgmma::issue_values<kBf16, D>(o, pa, shared_at(values_ring.buffer(j - 1)), kKeys, 0);
       pass_turn();
-      if (j + 1 < tiles) fill(k_from, keys_ring, j + 1);
-      fill(v_from, values_ring, j);
       wgmma::wait<1>();  // S_j
       wgmma::pin(s);
       keys_ring.release(j);
+      if (copier && j + kKeyStages < tiles) fill(kKeysMap, keys_ring, j + kKeyStages);
       wgmma::online_softmax(s, m, l, correction, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t,
                             scale2);
       wgmma::wait<0>();  // O += P_{j-1} V_{j-1}
       values_ring.release(j - 1);
+      if (copier && j - 1 + kValueStages < tiles) fill(kValuesMap, values_ring, j - 1 + kValueStages);
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) {
         wgmma::pin(o[c]);

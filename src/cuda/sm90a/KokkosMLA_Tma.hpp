@@ -1,0 +1,79 @@
+#ifndef KOKKOSMLA_TMA_HPP
+#define KOKKOSMLA_TMA_HPP
+// Hopper's tensor copy engine (TMA) for the sm_90a kernels. A tensor map (a
+// 128-byte descriptor of a strided 16-bit tensor in device memory, encoded on
+// the host) lets one thread copy a whole box of the tensor into team scratch
+// in wgmma's 128-byte-swizzled layout (KokkosMLA_Wgmma.hpp), counting the
+// bytes on an mbarrier as they land; elements past the tensor's extents
+// arrive as zeros. The kernels take the maps from global memory: a Kokkos
+// functor is passed as a kernel argument that cannot be `__grid_constant__`.
+
+#include "cuda/sm90a/KokkosMLA_Barriers.hpp"
+
+#include <cstdint>
+
+namespace KokkosMLA {
+namespace Impl {
+namespace tma {
+
+/// 64-bit words of one tensor map (CUtensorMap), kept 64-byte aligned.
+constexpr int kMapWords = 16;
+
+/// A 16-bit tensor of rank 2 .. 5 as TMA sees it: extents from the
+/// contiguous dimension out, the byte strides of dimensions 1 .. rank - 1
+/// (multiples of 16), and the box one copy moves (box[0] = 64: one 128-byte
+/// swizzled row).
+struct TensorShape {
+  int rank;
+  std::uint64_t extents[5];
+  std::uint64_t byte_strides[4];
+  std::uint32_t box[5];
+};
+
+/// Encodes the map of `shape` at `base` (device memory) into `map` (host
+/// memory, kMapWords words); throws std::runtime_error naming the shape when
+/// the driver refuses it. Defined in KokkosMLA_Tma.cu.
+void encode(std::uint64_t* map, const void* base, const TensorShape& shape);
+
+/// Announces `bytes` more to land on the barrier's current phase, as this
+/// thread's arrival.
+__device__ inline void expect_bytes(std::uint64_t* barrier, unsigned bytes) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(sync::address_of(barrier)),
+               "r"(bytes)
+               : "memory");
+#else
+  (void)barrier, (void)bytes;
+#endif
+}
+
+/// Starts copying the box of a rank-4 map at coordinates (c0, c1, c2, c3)
+/// (elements, from the contiguous dimension out) into team scratch at `to`
+/// (1024-byte aligned), its bytes counted on `barrier`.
+__device__ inline void load_box(char* to, const std::uint64_t* map, int c0, int c1, int c2, int c3,
+                                std::uint64_t* barrier) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, "
+      "%4, %5}], [%6];\n" ::"r"(unsigned(__cvta_generic_to_shared(to))),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(sync::address_of(barrier))
+      : "memory");
+#else
+  (void)to, (void)map, (void)c0, (void)c1, (void)c2, (void)c3, (void)barrier;
+#endif
+}
+
+/// Brings a map into the copy engine's cache ahead of its first use.
+__device__ inline void prefetch(const std::uint64_t* map) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+#else
+  (void)map;
+#endif
+}
+
+}  // namespace tma
+}  // namespace Impl
+}  // namespace KokkosMLA
+
+#endif
