@@ -24,9 +24,11 @@
 // ahead into L2 as well (prefetch.global.L2) made it 8-12 % slower on the
 // H200: the extra L2 lookups cost more than the latency they hid. Two tiles
 // and the partial scores take 41.5 KB, within what Kokkos lets a 128-thread
-// team have (48 KB less its team-reduction reserve); three tiles would not
-// fit. So on H = 16, where the kernel streams the cache once, each team has
-// one tile in flight: 80-88 % of the copy bandwidth on the H200.
+// team have (48 KB less its team-reduction reserve), and with one tile in
+// flight a team streams the cache (H = 16) at 80-88 % of the copy bandwidth
+// on the H200. Where the team scratch is larger (a Kokkos with the CUDA
+// shared-memory opt-in), 16-bit caches take a ring of three tiles, two in
+// flight, at the same three teams an SM (`stages`, decode_stages).
 //
 // float data (Options::emulate_fp32, T = SplitTf32: 3xTF32 products, about
 // fp32's accuracy; Options::allow_tf32, T = float: TF32 products): the same
