@@ -8,7 +8,6 @@
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 #include "cuda/KokkosMLA_FlashSm90.hpp"
 #include "cuda/KokkosMLA_Sm90a.hpp"
-#include "impl/KokkosMLA_DecodeTensorKernel.hpp"
 #include "impl/KokkosMLA_Launch.hpp"
 #include "impl/KokkosMLA_Splits.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
@@ -323,25 +322,6 @@ TEST(PathChoice, TensorDecodeTakesFloatWithTf32OrEmulationAndLargeScratch) {
   EXPECT_EQ(takes(large, rows128, false, true), !KOKKOSMLA_ENABLE_CUBLAS);
   EXPECT_TRUE(takes(large, rows256, true, false, true));
   EXPECT_TRUE(takes(large, rows256, false, true, true));
-}
-
-// The mma.sync decode kernel keeps three 16-bit key tiles in its ring (two in
-// flight) where the team scratch holds them at as many teams an SM as two;
-// FP8 tokens (their own staging ring) and fp32 tiles keep two.
-TEST(PathChoice, TensorDecodeRingDeepensWithLargeScratch) {
-  const CacheShape h16{128, 1, 16, 128, 512, 64, 4096}, no_rope{128, 1, 16, 128, 512, 0, 4096};
-  CacheShape fp8 = h16;
-  fp8.storage = CacheStorage::Fp8PerBlock;
-#if KOKKOSMLA_HAS_BHALF
-  using Bf16 = Kokkos::Experimental::bhalf_t;
-  EXPECT_EQ((Impl::decode_stages<Impl::DecodeTensorKernel, Bf16>(h16, large)), 3);
-  EXPECT_EQ((Impl::decode_stages<Impl::DecodeTensorKernel, Bf16>(no_rope, large)), 3);
-  EXPECT_EQ((Impl::decode_stages<Impl::DecodeTensorKernel, Bf16>(h16, classic)), 2);
-  EXPECT_EQ((Impl::decode_stages<Impl::DecodeTensorKernel, Bf16>(fp8, large)), 2);
-  EXPECT_GT((Impl::decode_scratch_bytes<Impl::DecodeTensorKernel, Bf16>(h16, 3)),
-            (Impl::decode_scratch_bytes<Impl::DecodeTensorKernel, Bf16>(h16, 2)));
-#endif
-  EXPECT_EQ((Impl::decode_stages<Impl::DecodeTensorKernel, float>(h16, large)), 2);
 }
 #endif
 

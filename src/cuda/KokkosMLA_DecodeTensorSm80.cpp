@@ -47,16 +47,15 @@ bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) 
 template <class Scalar, class ExecSpace>
 DecodeTensorSm80Path<Scalar, ExecSpace>::DecodeTensorSm80Path(const ExecSpace&, const CacheProblem& p)
     : AbsorbedTensorPath<Scalar, ExecSpace>(
-          p, decode_splits<DecodeTensorKernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 4),
-      stages_(decode_stages<DecodeTensorKernel, Scalar>(p.shape, p.backend)) {}
+          p, decode_splits<DecodeTensorKernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 4) {}
 
 template <class Scalar, class ExecSpace>
 std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = DecodeTensorKernel<Scalar, 64>;
   std::ostringstream o;
   o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads
-    << " key_tile=" << Kernel::kKeys << " key_stages=" << stages_
-    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape, stages_)
+    << " key_tile=" << Kernel::kKeys
+    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   o << products_label<Scalar>(this->problem_.options);
   return o.str();
@@ -69,7 +68,7 @@ void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exe
   auto attend = [&](auto products) {
     attend_in_parts<DecodeTensorKernel, decltype(products)>(
         exec, "KokkosMLA::CacheAttention::attend_tensor", p.shape, this->splits_, float(p.scale),
-        p.options.causal, a, qa, this->parts_.data(), this->listed(), stages_);
+        p.options.causal, a, qa, this->parts_.data(), this->listed());
   };
   if constexpr (std::is_same<Scalar, float>::value) {
     if (split_tf32<Scalar>(p.options)) return attend(SplitTf32());

@@ -27,9 +27,6 @@ class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> 
   Path path() const override { return id; }
   std::string describe() const override;
   void attend_kernel(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
-
- private:
-  int stages_;  ///< key tiles in the kernel's ring (decode_stages)
 };
 
 }  // namespace Impl

@@ -24,11 +24,9 @@
 // ahead into L2 as well (prefetch.global.L2) made it 8-12 % slower on the
 // H200: the extra L2 lookups cost more than the latency they hid. Two tiles
 // and the partial scores take 41.5 KB, within what Kokkos lets a 128-thread
-// team have (48 KB less its team-reduction reserve), and with one tile in
-// flight a team streams the cache (H = 16) at 80-88 % of the copy bandwidth
-// on the H200. Where the team scratch is larger (a Kokkos with the CUDA
-// shared-memory opt-in), 16-bit caches take a ring of three tiles, two in
-// flight, at the same three teams an SM (`stages`, decode_stages).
+// team have (48 KB less its team-reduction reserve); three tiles would not
+// fit. So on H = 16, where the kernel streams the cache once, each team has
+// one tile in flight: 80-88 % of the copy bandwidth on the H200.
 //
 // float data (Options::emulate_fp32, T = SplitTf32: 3xTF32 products, about
 // fp32's accuracy; Options::allow_tf32, T = float: TF32 products): the same
@@ -84,7 +82,6 @@ struct DecodeOperands {
   float scale;
   bool causal;
   int scratch_level = 0;
-  int stages = 2;  ///< key tiles in the ring (DecodeTensorKernel with 16-bit caches: 2 or 3)
 
   KOKKOS_INLINE_FUNCTION std::int64_t row_groups() const { return (queries * heads + Rows - 1) / Rows; }
 
@@ -164,7 +161,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   using Base = DecodeOperands<T, 16, 16, Listed>;
   using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
       Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
-      Base::row_groups, Base::stages;
+      Base::row_groups;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Data = typename Base::Scalar;
@@ -209,15 +206,9 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   /// the same DRAM traffic.
   static constexpr CopyVia kCopyVia = CopyVia::L1;
 
-  /// 16-bit caches may keep their key tiles in a ring of 3 (two in flight
-  /// while one is used) where the team scratch holds it at kTeamsPerSM teams
-  /// an SM (decode_stages): with one tile in flight, H = 16 ran at 80-88 % of
-  /// the copy bandwidth. FP8 tokens have their own staging ring; fp32 tiles
-  /// take too much room.
-  static constexpr bool kDeepRing = !kFp8 && !kFloat;
   static constexpr std::size_t kAlignment = 16;
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int stages = 2) {
-    return std::size_t(stages) * kKeys * kLd * sizeof(Element) +
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
+    return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
            std::size_t(kWarps) * kRows * kKeys * sizeof(float) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) +
            kAlignment;
   }
@@ -268,10 +259,10 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     const std::int64_t rows = queries * heads,
                        first = group * kRows;  // the sequence's rows, this team's first
 
-    auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes(stages)));
+    auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     auto* tiles = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
                                              ~std::uintptr_t(kAlignment - 1));
-    float* partial = reinterpret_cast<float*>(tiles + stages * kKeys * kLd);    // (warp, row, key)
+    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);         // (warp, row, key)
     char* staging = reinterpret_cast<char*>(partial + kWarps * kRows * kKeys);  // FP8 tokens
 
     // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
@@ -291,8 +282,6 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
       dequantise(staging, 0, tiles, rank);
     } else if (begin < team_end) {
       stage(b, begin, team_end, tiles, rank);
-      // A ring of 3 starts with two tiles in flight; every step then commits one group, empty or not.
-      if (stages == 3) stage_or_commit(b, begin + kKeys, team_end, tiles + kKeys * kLd, rank);
     }
 
     // Rows g and g + 8 of the team, columns kWarpColumns warp .. of [qa, q_rope], as A fragments.
@@ -362,30 +351,17 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   /// visible (Fp8KeyTiles), the tile Stages on fetched.
   __device__ const Element* next_tile(const Member& team, std::int64_t b, int k0, int key_end, int step,
                                       Element* tiles, char* staging, int rank) const {
+    const int buffer = step % 2;
     if constexpr (kFp8) {
       Fp8Tiles::wait_next();
       team.team_barrier();
       fp8_tiles().fetch_ahead(*this, b, k0, key_end, staging, step, rank);
-    } else if (stages == 3) {
-      wait_copies<1>();     // this tile's group; the next one's may still land
-      team.team_barrier();  // the tile is visible; every warp is done with tile step - 1 and the partials
-      stage_or_commit(b, k0 + 2 * kKeys, key_end, tiles + (step + 2) % 3 * kKeys * kLd, rank);
     } else {
       wait_copies<0>();
       team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
-      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (step + 1) % 2 * kKeys * kLd, rank);
+      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
     }
-    return tiles + step % stages * kKeys * kLd;
-  }
-
-  /// Starts copying the tile from key k0 as stage() does, or, past the
-  /// part's keys, commits an empty group: one group a step.
-  __device__ void stage_or_commit(std::int64_t b, std::int64_t k0, std::int64_t end, Element* tile,
-                                  int rank) const {
-    if (k0 < end)
-      stage(b, k0, end, tile, rank);
-    else
-      commit_copies();
+    return tiles + buffer * kKeys * kLd;
   }
 
   /// Dequantises the staged tokens of the part's tile `tile` into `to`.
@@ -612,7 +588,7 @@ template <class Kernel>
 void attend_decode(const Kokkos::Cuda& exec, const char* label, const Kernel& k) {
   using Merge = DecodeMergeKernel<typename Kernel::Scalar>;
   static_assert(Merge::kRank == Kernel::kRank, "the merge's rows are the kernel's");
-  launch(exec, label, k, Kernel::kThreads, Kernel::scratch_bytes(k.stages), true, typename Kernel::bounds());
+  launch(exec, label, k, Kernel::kThreads, Kernel::scratch_bytes(), true, typename Kernel::bounds());
   if (k.splits > 1)
     launch(exec, "KokkosMLA::CacheAttention::merge_tensor",
            Merge{k.parts, k.oa, k.lse, k.batch * k.queries * k.heads, k.splits}, Merge::kThreads, 0, true,
@@ -695,20 +671,17 @@ template <template <class, int, CacheStorage, bool> class Kernel, class T,
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
                      float scale, bool causal,
                      const CacheArguments<Data, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a,
-                     Data* qa, float* parts, const ListedKeys& listed, int stages = 2) {
+                     Data* qa, float* parts, const ListedKeys& listed) {
   with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
-    auto k = bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed);
-    k.stages = stages;
-    attend_decode(exec, label, k);
+    attend_decode(exec, label,
+                  bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed));
   });
 }
 
-/// A decode kernel's scratch per team for caches of shape s, its key tiles
-/// in a ring of `stages`.
+/// A decode kernel's scratch per team for caches of shape s.
 template <template <class, int, CacheStorage, bool> class Kernel, class T>
-std::size_t decode_scratch_bytes(const CacheShape& s, int stages = 2) {
-  return with_decode_kernel<Kernel, T>(
-      s, [stages](auto kernel) { return decltype(kernel)::scratch_bytes(stages); });
+std::size_t decode_scratch_bytes(const CacheShape& s) {
+  return with_decode_kernel<Kernel, T>(s, [](auto kernel) { return decltype(kernel)::scratch_bytes(); });
 }
 
 /// The level-0 scratch the backend lets a decode kernel's teams have.
@@ -716,26 +689,6 @@ template <template <class, int, CacheStorage, bool> class Kernel, class T>
 std::size_t decode_scratch_budget(const Backend& be) {
   using K = Kernel<T, 64, CacheStorage::Native, false>;  // the same teams without RoPE or with FP8 tokens
   return be.scratch_budget(demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch));
-}
-
-/// Key tiles in a decode kernel's ring for caches of shape s: 3 where the
-/// kernel takes a deeper ring (kDeepRing) and the backend's scratch holds it
-/// at as many teams an SM as 2 tiles, else 2.
-template <template <class, int, CacheStorage, bool> class Kernel, class T>
-int decode_stages(const CacheShape& s, const Backend& be) {
-  return with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
-    using K = decltype(kernel);
-    if constexpr (!K::kDeepRing) {
-      return 2;
-    } else {
-      const ScratchDemand demand = demand_of<typename K::bounds>(K::kThreads, kAnyTeamScratch);
-      const std::size_t deep = K::scratch_bytes(3);
-      return deep <= be.scratch_budget(demand) &&
-                     be.resident_teams(demand, deep) >= be.resident_teams(demand, K::scratch_bytes(2))
-                 ? 3
-                 : 2;
-    }
-  });
 }
 
 /// Parts per sequence for a decode kernel (split_count): its teams of kRows

@@ -101,8 +101,7 @@ struct DecodeSm90Kernel
   /// kernel ran at 1.65 TB/s on H = 16, 40 % of the copy bandwidth).
   static constexpr CopyVia kCopyVia = CopyVia::L2;
 
-  static constexpr bool kDeepRing = false;  // two 64-key tiles fill the scratch (decode_stages)
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes(int /*stages*/ = 2) {
+  KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) + kPublishedBytes + kMaximaBytes +
            kBarriers * sizeof(std::uint64_t) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) + wgmma::kAtomBytes;
   }
