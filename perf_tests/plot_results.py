@@ -87,8 +87,9 @@ width = 0.8 / len(decode_impls)
 for k, (label, impl) in enumerate(decode_impls):
     xs, ys = [], []
     for i, key in enumerate(decode_shapes):
-        hit = [r for r in decode if r["impl"] == impl and (r["shape"][0], r["shape"][2], r["S"]) == key]
-        if hit:  # the newest row
+        hit = [r for r in decode
+               if r["impl"] == impl and (r["shape"][0], r["shape"][2], r["S"]) == key and "GBps" in r]
+        if hit:  # the newest row with a bandwidth (query-layout and capture rows time the step alone)
             xs.append(i + (k - (len(decode_impls) - 1) / 2) * width)
             ys.append(hit[-1]["GBps"])
     third.bar(xs, ys, width, label=label)
