@@ -72,7 +72,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   /// keys: keys past S arrive as zeros.
   const std::uint64_t* tile_maps = nullptr;
 
-  /// The TMA view of K or V (B, S, H, D) at `base`.
+  /// The TMA view of K or V, each (B, S, H, D) in the workspace.
   static tma::TensorShape tile_shape(std::int64_t batch, std::int64_t keys, std::int64_t heads) {
     const std::uint64_t row = std::uint64_t(D) * sizeof(Element);
     return {4,
