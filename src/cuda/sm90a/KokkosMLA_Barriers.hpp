@@ -95,6 +95,11 @@ struct Ring {
   int stages;
   int bytes;  ///< of a buffer
   __device__ char* buffer(int i) const { return buffers + i % stages * bytes; }
+  /// Sets up every buffer's barriers (one thread): full after `full_arrivals`
+  /// arrivals a phase, empty after `empty_arrivals`.
+  __device__ void init(unsigned full_arrivals, unsigned empty_arrivals) const {
+    for (int b = 0; b < stages; ++b) sync::init(full + b, full_arrivals), sync::init(empty + b, empty_arrivals);
+  }
   /// The full barrier of tile i's buffer.
   __device__ std::uint64_t* full_of(int i) const { return full + i % stages; }
   /// Waits until tile i has landed.

@@ -59,11 +59,6 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   static constexpr int kBarriers = 2 * (kKeyStages + kValueStages);  // full and empty, of each buffer
   static constexpr int kKeysMap = 0, kValuesMap = 1;                 // tile_maps: K's, then V's
   static constexpr int kCopier = 128;                                 // the thread that issues the copies
-  /// Barriers: full and empty of the K ring, then of the V ring. A full
-  /// barrier has one arrival a phase (the copier's), an empty one a thread's each.
-  KOKKOS_INLINE_FUNCTION static bool is_full_barrier(int i) {
-    return i < kKeyStages || (i >= 2 * kKeyStages && i < 2 * kKeyStages + kValueStages);
-  }
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
@@ -156,8 +151,8 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     const sync::Ring keys_ring{key_tiles, barriers, barriers + kKeyStages, kKeyStages, kTileBytes};
     const sync::Ring values_ring{value_tiles, barriers + 2 * kKeyStages,
                                  barriers + 2 * kKeyStages + kValueStages, kValueStages, kTileBytes};
-    if (rank == 0)
-      for (int i = 0; i < kBarriers; ++i) sync::init(barriers + i, is_full_barrier(i) ? 1 : kThreads);
+    if (rank == 0)  // full: the copier's one arrival a phase; empty: every thread's
+      for (const sync::Ring* ring : {&keys_ring, &values_ring}) ring->init(1, kThreads);
     team.team_barrier();
     // One thread of group 1, the group that releases tiles last, copies every
     // tile by TMA as soon as its buffer is free: K_{j+2} once both groups

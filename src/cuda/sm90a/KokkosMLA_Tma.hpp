@@ -63,15 +63,6 @@ __device__ inline void load_box(char* to, const std::uint64_t* map, int c0, int 
 #endif
 }
 
-/// Brings a map into the copy engine's cache ahead of its first use.
-__device__ inline void prefetch(const std::uint64_t* map) {
-#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
-  asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
-#else
-  (void)map;
-#endif
-}
-
 }  // namespace tma
 }  // namespace Impl
 }  // namespace KokkosMLA
