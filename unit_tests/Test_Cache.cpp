@@ -1552,12 +1552,21 @@ void expect_within_framework_error(const Logical& l, const Arguments& a, const O
   EXPECT_LE(max_error(Problem<T>::host_copy(a.lse), exact_lse), lse_bound) << plan;
 }
 
+/// A copy of v in a new allocation.
+template <class V>
+V copy_at_new_address(const V& v) {
+  V copy(Kokkos::view_alloc(Kokkos::WithoutInitializing, v.label() + "_copy"), v.layout());
+  Kokkos::deep_copy(copy, v);
+  return copy;
+}
+
 /// A CachePlan<T, ExecSpace> on a case with inputs rounded to T (the cache
 /// stored as `storage`; FP8: against its dequantised values): out and lse
 /// within twice the error of the modelled 16-bit framework, and the same bits
 /// from q and q_rope as 16-byte aligned columns of wider arrays (read where
 /// they lie, as slices of one query projection are) and into out as such
-/// columns (written where it lies). Returns the plan's path.
+/// columns (written where it lies), and again over a copy of the cache.
+/// Returns the plan's path.
 template <class ExecSpace, class T>
 Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t seed,
                            CacheStorage storage = CacheStorage::Native) {
@@ -1599,6 +1608,23 @@ Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t
   plan.execute(ExecSpace(), sliced);
   EXPECT_LE(max_error(row_values(sliced.out), out), 0.02 * max_abs(out))
       << "weights sliced: " << plan.describe();
+  // And over a copy of the cache at another address, then over the first
+  // again: the same bits (a path that keeps state per cache, as the Hopper
+  // kernel's TMA maps, finds each cache's own).
+  if (storage == CacheStorage::Native) {
+    const auto moved = [&] {
+      auto m = a;
+      m.cache.latent = copy_at_new_address(a.cache.latent);
+      if (a.cache.k_rope.size() > 0) m.cache.k_rope = copy_at_new_address(a.cache.k_rope);  // else packed
+      return m;
+    }();
+    for (const auto* call : {&moved, &a}) {
+      Problem<T>::poison(a.out);
+      plan.execute(ExecSpace(), *call);
+      EXPECT_EQ(Problem<T>::host_copy(a.out), out) << (call == &a ? "first cache again: " : "cache moved: ")
+                                                   << plan.describe();
+    }
+  }
   return plan.path();
 }
 
@@ -1626,6 +1652,7 @@ TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
   cases.push_back({2, 1, 64, 16, 512, 64, 320, 64, false, {300, 7}});  // 64 heads: one full team
   cases.push_back({2, 2, 128, 8, 512, 64, 144, 16, true, {130, 49}});  // 2 tokens x 128 heads: four teams
   cases.push_back({1, 3, 24, 8, 512, 0, 100, 0, false, {100}});        // 72 rows over 3 tokens, no RoPE
+  cases.push_back({2, 2, 32, 8, 512, 64, 256, 64, true, {256, 70}});   // packed, page 64: whole tiles, a part
   std::map<CacheStorage, std::map<Path, int>> ran;
   std::uint64_t seed = 900;
   auto run = [&](const CacheCase& c, const Options& opt, CacheStorage storage, const std::string& what) {

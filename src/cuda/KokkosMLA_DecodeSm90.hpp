@@ -11,6 +11,8 @@
 
 #include "cuda/KokkosMLA_AbsorbedTensorPath.hpp"
 
+#include <vector>
+
 namespace KokkosMLA {
 namespace Impl {
 
@@ -27,6 +29,26 @@ class DecodeSm90Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
   Path path() const override { return id; }
   std::string describe() const override;
   void attend_kernel(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
+
+ private:
+  /// The TMA maps of a cache's key rows (its latent rows, then its RoPE
+  /// rows), made on the first call over that cache and kept for the plan's
+  /// life, so that a CUDA graph captured over a cache stays valid.
+  struct KeyRowMaps {
+    const void* latent;
+    std::int64_t latent_ld;
+    const void* rope;
+    std::int64_t rope_ld, rows;
+    Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> maps;
+    bool same_cache(const KeyRowMaps& o) const {
+      return latent == o.latent && latent_ld == o.latent_ld && rope == o.rope && rope_ld == o.rope_ld &&
+             rows == o.rows;
+    }
+  };
+  /// Caches whose maps a plan keeps; past them, tiles are copied by cp.async.
+  static constexpr std::size_t kMostCaches = 8;
+  const std::uint64_t* key_row_maps(const ExecSpace& exec, const Call& call) const;
+  mutable std::vector<KeyRowMaps> key_row_maps_;
 };
 
 }  // namespace Impl

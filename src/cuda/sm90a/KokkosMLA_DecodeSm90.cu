@@ -4,7 +4,10 @@
 
 #include "cuda/sm90a/KokkosMLA_DecodeSm90Kernel.hpp"
 
+#include <cuda_runtime.h>
+
 #include <sstream>
+#include <stdexcept>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -43,12 +46,60 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   return o.str();
 }
 
+/// The maps of a call's cache, or null where its tiles are copied by
+/// cp.async: FP8 tokens, sparse lists, pages that do not hold whole 64-key
+/// tiles, rows TMA cannot address (unaligned, or 2^31 and more), more caches
+/// than the plan keeps maps for, and a cache first met while a CUDA graph
+/// is being captured on exec's stream (its maps would be copied from the host).
+template <class Scalar, class ExecSpace>
+const std::uint64_t* DecodeSm90Path<Scalar, ExecSpace>::key_row_maps(const ExecSpace& exec,
+                                                                     const Call& a) const {
+  using Kernel = DecodeSm90Kernel<Scalar, 64>;
+  const CacheShape& s = this->problem_.shape;
+  if (s.storage != CacheStorage::Native || s.topk > 0) return nullptr;
+  const LatentKeys<Scalar> keys = latent_keys<Scalar>(a.cache, s.latent_dim, s.rope_dim);
+  const std::int64_t rows = std::int64_t(a.cache.latent.extent(0) * a.cache.latent.extent(1));
+  auto addressable = [](const void* p, std::int64_t ld) {
+    return reinterpret_cast<std::uintptr_t>(p) % 16 == 0 && ld * sizeof(Scalar) % 16 == 0;
+  };
+  if ((keys.block_table && keys.page_size % Kernel::kKeys != 0) || rows >= (std::int64_t(1) << 31) ||
+      !addressable(keys.latent, keys.latent_ld) || (s.rope_dim > 0 && !addressable(keys.rope, keys.rope_ld)))
+    return nullptr;
+  KeyRowMaps found{keys.latent, keys.latent_ld, keys.rope, keys.rope_ld, rows, {}};
+  for (const KeyRowMaps& m : key_row_maps_)
+    if (m.same_cache(found)) return m.maps.data();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(exec.cuda_stream(), &capture) != cudaSuccess ||
+      capture != cudaStreamCaptureStatusNone || key_row_maps_.size() == kMostCaches)
+    return nullptr;
+  found.maps = decltype(found.maps)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::DecodeSm90::maps"),
+                                    2 * tma::kMapWords);
+  if (reinterpret_cast<std::uintptr_t>(found.maps.data()) % 64 != 0)
+    throw std::runtime_error("KokkosMLA: the TMA maps' allocation is not 64-byte aligned");
+  alignas(64) std::uint64_t maps[2 * tma::kMapWords] = {};
+  tma::encode(maps, keys.latent, Kernel::key_row_shape(rows, s.latent_dim, keys.latent_ld));
+  if (s.rope_dim > 0)
+    tma::encode(maps + tma::kMapWords, keys.rope, Kernel::key_row_shape(rows, s.rope_dim, keys.rope_ld));
+  Kokkos::deep_copy(exec, found.maps,
+                    Kokkos::View<const std::uint64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                        maps, 2 * tma::kMapWords));
+  exec.fence();  // maps is about to go out of scope
+  key_row_maps_.push_back(found);
+  return found.maps.data();
+}
+
 template <class Scalar, class ExecSpace>
 void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
                                                       Scalar* qa) const {
-  attend_in_parts<DecodeSm90Kernel, Scalar>(
-      exec, "KokkosMLA::CacheAttention::attend_sm90", this->problem_.shape, this->splits_,
-      float(this->problem_.scale), this->problem_.options.causal, a, qa, this->parts_.data(), this->listed());
+  const CacheShape& s = this->problem_.shape;
+  const std::uint64_t* maps = key_row_maps(exec, a);
+  with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [&](auto kernel) {
+    auto k = bound_decode_kernel<decltype(kernel)>(s, this->splits_, float(this->problem_.scale),
+                                                   this->problem_.options.causal, a, qa, this->parts_.data(),
+                                                   this->listed());
+    k.tile_maps = maps;
+    attend_decode(exec, "KokkosMLA::CacheAttention::attend_sm90", k);
+  });
 }
 
 #if KOKKOSMLA_HAS_HALF

@@ -19,10 +19,11 @@
 //     the rows' running maxima published, then O[:, 0:256] rescaled and
 //     += P_i V_i (P from registers), and the tile released;
 //   the values group, per tile i: once both groups are done with tile i - 1,
-//     tile i + 1 copied into its buffer (cp.async through L2 only, the cache
-//     rows looked up a tile ahead), then, once P_i is published, its rows'
-//     corrections computed from the published maxima, O[:, 256:512] rescaled
-//     and += P_i V_i (P and V from scratch).
+//     tile i + 1 copied into its buffer (by TMA from one thread where the
+//     tile's 64 keys are consecutive cache rows, else cp.async through L2
+//     only, the cache rows looked up a tile ahead), then, once P_i is
+//     published, its rows' corrections computed from the published maxima,
+//     O[:, 256:512] rescaled and += P_i V_i (P and V from scratch).
 // No team barrier per tile: mbarriers say when a key tile has landed (full),
 // when the scores group is done with it (empty; the values group is done
 // with its own), and when P_i is published and used. 128 fp32 accumulators
@@ -45,6 +46,7 @@
 // and DecodeMergeKernel combines them.
 
 #include "cuda/sm90a/KokkosMLA_Barriers.hpp"
+#include "cuda/sm90a/KokkosMLA_Tma.hpp"
 #include "cuda/sm90a/KokkosMLA_WarpgroupSoftmax.hpp"
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 #include "impl/KokkosMLA_DecodeTensorKernel.hpp"
@@ -94,6 +96,19 @@ struct DecodeSm90Kernel
   static_assert(kRows % 8 == 0 && kTileBytes % wgmma::kAtomBytes == 0, "blocks on 1024-byte boundaries");
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
+
+  /// TMA maps of the cache's latent rows and RoPE rows (key_row_shape), where
+  /// every whole tile's keys are consecutive rows (16-bit caches, contiguous
+  /// or in pages of a multiple of 64 keys), or null: tiles copied by cp.async.
+  const std::uint64_t* tile_maps = nullptr;
+  /// Kernels that copy by TMA where tile_maps say so (not FP8 tokens, which
+  /// are staged and dequantised, nor listed keys, which are scattered rows).
+  static constexpr bool kTmaTiles = !kFp8 && !Listed;
+  /// How TMA sees `rows` cache rows of `width` 16-bit values, `ld` apart:
+  /// boxes of 64 keys by one 64-column swizzled block.
+  static tma::TensorShape key_row_shape(std::int64_t rows, std::int64_t width, std::int64_t ld) {
+    return {2, {std::uint64_t(width), std::uint64_t(rows)}, {std::uint64_t(ld) * sizeof(Element)}, {64, kKeys}};
+  }
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
 
   /// Key rows are copied through L2 alone (cp.async.cg): with 200 KB of
@@ -212,15 +227,29 @@ struct DecodeSm90Kernel
     commit_copies();
   }
 
+  /// One thread copies a whole tile of keys, cache rows `row` .. row + 63,
+  /// by TMA, its bytes counted on the tile's full barrier.
+  __device__ void load_keys(std::int64_t row, char* tile, std::uint64_t* full) const {
+    static_assert(kKeys == 64, "a 16-bit tile is one box of 64 keys a block");
+    tma::expect_bytes(full, kTileBytes);
+    KOKKOSMLA_UNROLL
+    for (int block = 0; block < kRank / 64; ++block)
+      tma::load_box(tile + block * kKeys * 128, tile_maps, 64 * block, int(row), full);
+    if constexpr (kRope > 0)
+      tma::load_box(tile + kRank / 64 * kKeys * 128, tile_maps + tma::kMapWords, 0, int(row), full);
+  }
+
   /// The values group puts key tile i into its ring buffer, whose earlier
-  /// tile both groups are done with. 16-bit caches: its copies started (from
-  /// `rows`, then set to tile i + 1's), arriving on the tile's full barrier
-  /// as they land. FP8: once the group's copies of its tokens have landed
-  /// (threads read scales and RoPE values that others copied; the same
-  /// barrier says every thread is done with tile i - 1's staging buffer),
-  /// tile i + 1's tokens fetched into that buffer, and tile i's dequantised
-  /// and published. Nothing past the part's keys (no one waits for it), but
-  /// an empty copy group for a 16-bit cache: one group a fill.
+  /// tile both groups are done with. 16-bit caches: a whole tile with maps
+  /// by TMA (thread 0, with the row in `rows`), else its copies started
+  /// (from `rows`); `rows` then set to tile i + 1's; each thread's arrival
+  /// on the tile's full barrier counted as its copies land. FP8: once the
+  /// group's copies of its tokens have landed (threads read scales and RoPE
+  /// values that others copied; the same barrier says every thread is done
+  /// with tile i - 1's staging buffer), tile i + 1's tokens fetched into that
+  /// buffer, and tile i's dequantised and published. Nothing past the part's
+  /// keys (no one waits for it), but an empty copy group for a 16-bit cache:
+  /// one group a fill.
   __device__ void fill(const Scratch& sc, int i, std::int64_t b, std::int64_t begin, std::int64_t key_end,
                        int thread, TileRows& rows) const {
     const std::int64_t k0 = begin + std::int64_t(i) * kKeys;
@@ -238,8 +267,16 @@ struct DecodeSm90Kernel
       wgmma::fence_shared_writes();
       sc.keys.filled(i);
     } else {
-      stage_keys(k0, key_end, rows, sc.keys.buffer(i), thread);
-      sc.keys.filled_when_copied(i);
+      if (kTmaTiles && tile_maps && k0 + kKeys <= key_end) {
+        if (thread == 0)
+          load_keys(rows.row[0], sc.keys.buffer(i), sc.keys.full_of(i));
+        else
+          sc.keys.filled(i);
+        commit_copies();  // one copy group a fill, as ever
+      } else {
+        stage_keys(k0, key_end, rows, sc.keys.buffer(i), thread);
+        sc.keys.filled_when_copied(i);
+      }
       rows = tile_rows(b, k0 + kKeys, key_end, thread);
     }
   }

@@ -47,6 +47,20 @@ __device__ inline void expect_bytes(std::uint64_t* barrier, unsigned bytes) {
 #endif
 }
 
+/// Starts copying the box of a rank-2 map at coordinates (c0, c1) into team
+/// scratch at `to` (1024-byte aligned), its bytes counted on `barrier`.
+__device__ inline void load_box(char* to, const std::uint64_t* map, int c0, int c1, std::uint64_t* barrier) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], "
+      "[%4];\n" ::"r"(unsigned(__cvta_generic_to_shared(to))),
+      "l"(map), "r"(c0), "r"(c1), "r"(sync::address_of(barrier))
+      : "memory");
+#else
+  (void)to, (void)map, (void)c0, (void)c1, (void)barrier;
+#endif
+}
+
 /// Starts copying the box of a rank-4 map at coordinates (c0, c1, c2, c3)
 /// (elements, from the contiguous dimension out) into team scratch at `to`
 /// (1024-byte aligned), its bytes counted on `barrier`.
