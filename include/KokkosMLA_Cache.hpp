@@ -174,7 +174,9 @@ class PackedQueries;
 
 /// A cache-attention problem bound to an execution space: chooses the tiles
 /// and the number of key splits once and owns the split workspace, so that
-/// execute() allocates nothing. The softmax scale defaults to 1/sqrt(D + Dr).
+/// execute() allocates nothing (but for Path::DecodeSm90's 256 bytes of TMA
+/// maps at its first call over each cache; docs/serving.md, "CUDA graphs").
+/// The softmax scale defaults to 1/sqrt(D + Dr).
 /// Instances as for Plan. Run concurrent executions on separate CachePlans.
 ///
 /// float and double plans on CUDA with 128 or more query rows a sequence
@@ -186,12 +188,14 @@ class PackedQueries;
 /// and outputs up-projected by cuBLAS (fp32 accumulation), the attention by
 /// an mma.sync kernel with an fp32 softmax; on H100/H200 builds with sm_90a
 /// code and a Kokkos that grants 197 KB of team scratch, by a wgmma kernel
-/// (Path::DecodeSm90) when a sequence has at least 64 query rows (heads x Tq).
+/// (Path::DecodeSm90) when a sequence has at least 32 query rows (heads x Tq).
 /// The cache rows must then be 16-byte aligned (as Kokkos allocates them) and
 /// q_rope 4-byte aligned (16-byte on DecodeSm90). Every other case gathers the
 /// sequences' tokens into a float cache, runs a float CachePlan and rounds out
-/// to Scalar. FP8 caches (shape.storage not Native), of every Scalar and on
-/// every backend, take Path::Widened: the tokens dequantised into a cache of
+/// to Scalar. FP8 caches (shape.storage not Native) of DeepSeek's widths take
+/// the same tensor-core kernels with 16-bit Scalars (dequantised tile by tile;
+/// the mma.sync kernel needs the large team scratch); every other FP8 case
+/// takes Path::Widened: the tokens dequantised into a cache of
 /// compute_type<Scalar>, a plan of that type run on it.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
 class CachePlan {
