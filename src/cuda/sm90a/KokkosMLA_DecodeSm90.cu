@@ -7,7 +7,6 @@
 #include <cuda_runtime.h>
 
 #include <sstream>
-#include <stdexcept>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -72,18 +71,12 @@ const std::uint64_t* DecodeSm90Path<Scalar, ExecSpace>::key_row_maps(const ExecS
   if (cudaStreamIsCapturing(exec.cuda_stream(), &capture) != cudaSuccess ||
       capture != cudaStreamCaptureStatusNone || key_row_maps_.size() == kMostCaches)
     return nullptr;
-  found.maps = decltype(found.maps)(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::DecodeSm90::maps"),
-                                    2 * tma::kMapWords);
-  if (reinterpret_cast<std::uintptr_t>(found.maps.data()) % 64 != 0)
-    throw std::runtime_error("KokkosMLA: the TMA maps' allocation is not 64-byte aligned");
-  alignas(64) std::uint64_t maps[2 * tma::kMapWords] = {};
-  tma::encode(maps, keys.latent, Kernel::key_row_shape(rows, s.latent_dim, keys.latent_ld));
-  if (s.rope_dim > 0)
-    tma::encode(maps + tma::kMapWords, keys.rope, Kernel::key_row_shape(rows, s.rope_dim, keys.rope_ld));
-  Kokkos::deep_copy(exec, found.maps,
-                    Kokkos::View<const std::uint64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
-                        maps, 2 * tma::kMapWords));
-  exec.fence();  // maps is about to go out of scope
+  const char* label = "KokkosMLA::DecodeSm90::key_row_maps";
+  const tma::Tensor latent{keys.latent, Kernel::key_row_shape(rows, s.latent_dim, keys.latent_ld)};
+  found.maps = s.rope_dim > 0 ? tma::device_maps(exec, label,
+                                                 {latent, {keys.rope, Kernel::key_row_shape(rows, s.rope_dim,
+                                                                                            keys.rope_ld)}})
+                              : tma::device_maps(exec, label, {latent});
   key_row_maps_.push_back(found);
   return found.maps.data();
 }

@@ -6,7 +6,6 @@
 #include "impl/KokkosMLA_Launch.hpp"
 
 #include <sstream>
-#include <stdexcept>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -32,10 +31,9 @@ void launch_flash(const Kokkos::Cuda& exec, const Shape& s, float scale, bool ca
 
 /// The TMA maps of the workspace's K and V (B, S, H, D) for the kernel of head dimension D.
 template <class T, int D>
-void encode_tile_maps(std::uint64_t* maps, const T* k, const Shape& s) {
+Kokkos::View<std::uint64_t*, Kokkos::CudaSpace> kv_maps(const Kokkos::Cuda& exec, const T* k, const Shape& s) {
   const tma::TensorShape shape = FlashSm90Kernel<T, D>::tile_shape(s.batch, s.keys, s.heads);
-  tma::encode(maps, k, shape);
-  tma::encode(maps + tma::kMapWords, k + kv_elements(s), shape);
+  return tma::device_maps(exec, "KokkosMLA::FlashSm90::tile_maps", {{k, shape}, {k + kv_elements(s), shape}});
 }
 
 }  // namespace
@@ -55,20 +53,9 @@ bool FlashSm90Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p) {
 template <class Scalar, class ExecSpace>
 FlashSm90Path<Scalar, ExecSpace>::FlashSm90Path(const ExecSpace& exec, const PrefillProblem& p)
     : TensorPrefill<Scalar, ExecSpace>(p),
-      tile_maps_(Kokkos::view_alloc(Kokkos::WithoutInitializing, "KokkosMLA::FlashSm90::tile_maps"),
-                 2 * tma::kMapWords) {
-  // K and V stay at the workspace's address for the plan's life: their maps are made once.
-  if (reinterpret_cast<std::uintptr_t>(tile_maps_.data()) % 64 != 0)
-    throw std::runtime_error("KokkosMLA: the TMA maps' allocation is not 64-byte aligned");
-  alignas(64) std::uint64_t maps[2 * tma::kMapWords];
-  if (p.shape.head_dim == 64)
-    encode_tile_maps<Scalar, 64>(maps, this->kv_.data(), p.shape);
-  else
-    encode_tile_maps<Scalar, 128>(maps, this->kv_.data(), p.shape);
-  Kokkos::deep_copy(exec, tile_maps_,
-                    Kokkos::View<const std::uint64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(maps, 2 * tma::kMapWords));
-  exec.fence();  // maps is about to go out of scope
-}
+      // K and V stay at the workspace's address for the plan's life: their maps are made once.
+      tile_maps_(p.shape.head_dim == 64 ? kv_maps<Scalar, 64>(exec, this->kv_.data(), p.shape)
+                                        : kv_maps<Scalar, 128>(exec, this->kv_.data(), p.shape)) {}
 
 template <class Scalar, class ExecSpace>
 std::string FlashSm90Path<Scalar, ExecSpace>::describe() const {

@@ -10,7 +10,12 @@
 
 #include "cuda/sm90a/KokkosMLA_Barriers.hpp"
 
+#include <Kokkos_Core.hpp>
+
 #include <cstdint>
+#include <initializer_list>
+#include <stdexcept>
+#include <string>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -34,6 +39,34 @@ struct TensorShape {
 /// memory, kMapWords words); throws std::runtime_error naming the shape when
 /// the driver refuses it. Defined in KokkosMLA_Tma.cu.
 void encode(std::uint64_t* map, const void* base, const TensorShape& shape);
+
+/// A tensor for device_maps: where it starts, and how TMA sees it.
+struct Tensor {
+  const void* base;
+  TensorShape shape;
+};
+
+/// The maps of `tensors`, in order, encoded on the host into a new device
+/// allocation labelled `label` (64-byte aligned, as TMA wants it).
+template <class ExecSpace>
+Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> device_maps(const ExecSpace& exec,
+                                                                            const char* label,
+                                                                            std::initializer_list<Tensor> tensors) {
+  constexpr std::size_t kMost = 2;
+  if (tensors.size() > kMost) throw std::logic_error("KokkosMLA: more TMA maps than device_maps holds");
+  Kokkos::View<std::uint64_t*, typename ExecSpace::memory_space> maps(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(label)), tensors.size() * kMapWords);
+  if (reinterpret_cast<std::uintptr_t>(maps.data()) % 64 != 0)
+    throw std::runtime_error(std::string("KokkosMLA: the allocation of ") + label + " is not 64-byte aligned");
+  alignas(64) std::uint64_t encoded[kMost * kMapWords] = {};
+  std::uint64_t* at = encoded;
+  for (const Tensor& t : tensors) encode(at, t.base, t.shape), at += kMapWords;
+  Kokkos::deep_copy(exec, maps,
+                    Kokkos::View<const std::uint64_t*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(
+                        encoded, maps.extent(0)));
+  exec.fence();  // encoded is about to go out of scope
+  return maps;
+}
 
 /// Announces `bytes` more to land on the barrier's current phase, as this
 /// thread's arrival.
