@@ -1693,6 +1693,30 @@ TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
             << " (FP8 per block " << fp8[Path::DecodeTensorSm80] << ")\n";
 }
 
+// DecodeSm90's tiles copied by TMA, where 64 keys are consecutive cache rows
+// (a contiguous cache, pages of 64 or 128 keys): several whole tiles a part,
+// partial last tiles beside them, one part and several. Small enough to run
+// under compute-sanitizer; refused (and skipped) where the build has no
+// sm_90a code or the GPU is not a Hopper.
+TYPED_TEST(HalfCache, WholeTilesOnDecodeSm90WithinTwiceFrameworkError) {
+  std::map<Path, int> ran;
+  std::uint64_t seed = 950;
+  for (const CacheCase& c : {CacheCase{2, 1, 64, 8, 512, 64, 448, 0, false, {448, 200}},
+                             CacheCase{1, 2, 32, 8, 512, 64, 384, 64, true, {321}},
+                             CacheCase{2, 1, 64, 8, 512, 64, 512, 128, false, {512, 130}}})
+    for (int splits : {1, 3}) {
+      SCOPED_TRACE(describe(c) + " splits=" + std::to_string(splits));
+      Options opt;
+      opt.path = Path::DecodeSm90;
+      opt.kv_splits = splits;
+      expect_runs_or_refuses(Path::DecodeSm90, ran, [&] {
+        return expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed);
+      });
+    }
+  if (ran[Path::DecodeSm90] == 0) GTEST_SKIP() << "no DecodeSm90 in this build or on this GPU";
+  EXPECT_EQ(ran[Path::DecodeSm90], 6);
+}
+
 TYPED_TEST(HalfCache, DeviceWithinTwiceFrameworkError) {
   std::uint64_t seed = 700;
   for (const CacheCase& c : half_cases())

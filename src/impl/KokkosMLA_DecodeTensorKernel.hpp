@@ -666,15 +666,23 @@ decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
 /// Kernel of operand type T (DataOf<T> data) and of the cache's storage and
 /// RoPE width, bound to the call and run in parts (launched as `label`), qa
 /// in, oa out in its place; with sparse indices over the listed keys.
+/// `configure(kernel)` sets what a path's kernel has beyond the call (the
+/// Hopper kernel's TMA maps) before the launch.
+struct NothingToConfigure {
+  template <class K>
+  void operator()(K&) const {}
+};
 template <template <class, int, CacheStorage, bool> class Kernel, class T,
-          class Data = typename DataOf<T>::type>
+          class Data = typename DataOf<T>::type, class Configure = NothingToConfigure>
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
                      float scale, bool causal,
                      const CacheArguments<Data, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a,
-                     Data* qa, float* parts, const ListedKeys& listed) {
+                     Data* qa, float* parts, const ListedKeys& listed,
+                     const Configure& configure = {}) {
   with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
-    attend_decode(exec, label,
-                  bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed));
+    auto bound = bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed);
+    configure(bound);
+    attend_decode(exec, label, bound);
   });
 }
 

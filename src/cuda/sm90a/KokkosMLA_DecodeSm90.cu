@@ -84,15 +84,12 @@ const std::uint64_t* DecodeSm90Path<Scalar, ExecSpace>::key_row_maps(const ExecS
 template <class Scalar, class ExecSpace>
 void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, const Call& a,
                                                       Scalar* qa) const {
-  const CacheShape& s = this->problem_.shape;
+  const CacheProblem& p = this->problem_;
   const std::uint64_t* maps = key_row_maps(exec, a);
-  with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [&](auto kernel) {
-    auto k = bound_decode_kernel<decltype(kernel)>(s, this->splits_, float(this->problem_.scale),
-                                                   this->problem_.options.causal, a, qa, this->parts_.data(),
-                                                   this->listed());
-    k.tile_maps = maps;
-    attend_decode(exec, "KokkosMLA::CacheAttention::attend_sm90", k);
-  });
+  attend_in_parts<DecodeSm90Kernel, Scalar>(exec, "KokkosMLA::CacheAttention::attend_sm90", p.shape,
+                                            this->splits_, float(p.scale), p.options.causal, a, qa,
+                                            this->parts_.data(), this->listed(),
+                                            [&](auto& kernel) { kernel.tile_maps = maps; });
 }
 
 #if KOKKOSMLA_HAS_HALF

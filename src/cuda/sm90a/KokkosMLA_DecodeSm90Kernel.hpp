@@ -189,18 +189,26 @@ struct DecodeSm90Kernel
 
   /// The cache rows of this thread's keys of the tile from key k0 (one a
   /// pass; 0 from `end` on), looked up a tile ahead of their copies so that
-  /// these do not wait for the block table.
+  /// these do not wait for the block table; of a tile copied by TMA, its
+  /// first row alone, in thread 0's row[0] (0 elsewhere).
   struct TileRows {
     std::int64_t row[kPasses];
   };
   __device__ TileRows tile_rows(std::int64_t b, std::int64_t k0, std::int64_t end, int thread) const {
+    const bool by_tma = copied_by_tma(k0, end);
     TileRows r;
     KOKKOSMLA_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       const std::int64_t k = k0 + thread / 8 + kPassKeys * pass;
-      r.row[pass] = k < end ? this->key_row(b, k) : 0;
+      r.row[pass] = by_tma ? (pass == 0 && thread == 0 ? this->key_row(b, k0) : 0)
+                           : (k < end ? this->key_row(b, k) : 0);
     }
     return r;
+  }
+  /// Whether the tile from key k0 is copied by TMA: it is whole and the
+  /// cache has maps (its 64 keys are then consecutive rows).
+  __device__ bool copied_by_tma(std::int64_t k0, std::int64_t end) const {
+    return kTmaTiles && tile_maps && k0 + kKeys <= end;
   }
 
   /// Starts copying keys k0 .. k0 + kKeys - 1 of sequence b (zeros from
@@ -267,7 +275,7 @@ struct DecodeSm90Kernel
       wgmma::fence_shared_writes();
       sc.keys.filled(i);
     } else {
-      if (kTmaTiles && tile_maps && k0 + kKeys <= key_end) {
+      if (copied_by_tma(k0, key_end)) {
         if (thread == 0)
           load_keys(rows.row[0], sc.keys.buffer(i), sc.keys.full_of(i));
         else
