@@ -662,16 +662,18 @@ decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
                     : with_decode_kernel_of<Kernel, T, false>(s, f);
 }
 
+/// attend_in_parts' default `configure`: a kernel bound to the call needs nothing more.
+struct NothingToConfigure {
+  template <class K>
+  void operator()(K&) const {}
+};
+
 /// The attention step of a tensor-core cache path: the decode kernel
 /// Kernel of operand type T (DataOf<T> data) and of the cache's storage and
 /// RoPE width, bound to the call and run in parts (launched as `label`), qa
 /// in, oa out in its place; with sparse indices over the listed keys.
 /// `configure(kernel)` sets what a path's kernel has beyond the call (the
 /// Hopper kernel's TMA maps) before the launch.
-struct NothingToConfigure {
-  template <class K>
-  void operator()(K&) const {}
-};
 template <template <class, int, CacheStorage, bool> class Kernel, class T,
           class Data = typename DataOf<T>::type, class Configure = NothingToConfigure>
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
