@@ -250,9 +250,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   }
 
   __device__ void attend(const Member& team) const {
-    int rank = team.team_rank();
-    asm volatile("" : "+r"(rank));  // see DecodeSm90Kernel::attend: nothing of it hoisted across teams
-    const int warp = rank / 32, lane = rank % 32;
+    const int rank = hidden_from_compiler(team.team_rank()), warp = rank / 32, lane = rank % 32;
     const int g = lane / 4, t = lane % 4;  // fragment row and column pair
     const std::int64_t groups = row_groups();
     const std::int64_t group = team.league_rank() % groups;

@@ -290,12 +290,7 @@ struct DecodeSm90Kernel
   }
 
   __device__ void attend(const Member& team) const {
-    // The rank is hidden from the compiler once a team, so that what each
-    // thread derives from it (copy offsets, scratch addresses) is computed
-    // per team, not hoisted out of the block's loop over teams into
-    // registers that live through the whole kernel.
-    int rank = team.team_rank();
-    asm volatile("" : "+r"(rank));
+    const int rank = hidden_from_compiler(team.team_rank());
     const int group = rank / kGroupThreads, thread = rank % kGroupThreads;
     const int lane = rank % 32, t = lane % 4;        // fragment column pair
     const int row0 = 16 * (thread / 32) + lane / 4;  // this thread's rows: row0, row0 + 8 (both groups)
@@ -429,9 +424,8 @@ struct DecodeSm90Kernel
         sc.probabilities.release(i - 1);
         sc.keys.await_release(i - 1);
       }
-      int me = thread;  // hidden once a tile: the copies' offsets are not kept in registers across tiles
-      asm volatile("" : "+r"(me));
-      fill(sc, i + kStages - 1, b, begin, key_end, me, rows);
+      // Hidden once a tile: the copies' offsets are not kept in registers across tiles.
+      fill(sc, i + kStages - 1, b, begin, key_end, hidden_from_compiler(thread), rows);
       sc.probabilities.await(i);
       sc.keys.await(i);
       wgmma::fence_shared_writes();
