@@ -24,10 +24,12 @@ namespace Impl {
 
 /// x, as a value the compiler cannot see through, so that what a thread
 /// derives from it is computed where it is used. Kokkos' CUDA launch loops
-/// over teams around the functor: kernels pass their team rank through this
-/// once a team, or the compiler hoists every offset derived from the rank
-/// out of that loop, into registers that live through the whole kernel (and
-/// spill). Only CUDA device code needs it.
+/// over teams around the functor. The decode kernels pass their team rank
+/// through this once a team; otherwise the compiler hoists every offset
+/// derived from the rank out of that loop, into registers that live through
+/// the whole kernel, and they spilled. In the prefill kernels it changed
+/// nothing or cost time (docs/performance.md), so they do without it. Only
+/// CUDA device code needs it.
 KOKKOS_INLINE_FUNCTION int hidden_from_compiler(int x) {
 #if defined(__CUDA_ARCH__)
   asm volatile("" : "+r"(x));
