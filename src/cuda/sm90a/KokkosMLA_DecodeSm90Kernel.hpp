@@ -380,13 +380,14 @@ struct DecodeSm90Kernel
   __device__ void score_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], float (&l)[2],
                               int tiles, int mask_from, int visible0, int visible1, int row0, int t) const {
     const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
-    const wgmma::Operand queries_at(unsigned(__cvta_generic_to_shared(sc.queries)), 0, wgmma::kAtomBytes);
     float s[kScores];  // defined before the first product: undefined, ptxas serialized every product (C7515)
     KOKKOSMLA_UNROLL
     for (int i = 0; i < kScores; ++i) s[i] = 0.f;
     for (int i = 0; i < tiles; ++i) {
       const int k0 = i * kKeys;
-      const unsigned tile_at = unsigned(__cvta_generic_to_shared(sc.keys.buffer(i)));
+      // Both made once a tile, from lane 0: uniform, not 36 hoisted per-thread descriptors.
+      const wgmma::Operand queries_at(wgmma::uniform_shared_address(sc.queries), 0, wgmma::kAtomBytes);
+      const unsigned tile_at = wgmma::uniform_shared_address(sc.keys.buffer(i));
       sc.keys.await(i);
       wgmma::fence_shared_writes();
       issue_scores(s, queries_at, tile_at);
@@ -438,12 +439,12 @@ struct DecodeSm90Kernel
         m[r] = top;
       }
       rescale_unless_unchanged(o, correction);
-      const wgmma::Operand p(unsigned(__cvta_generic_to_shared(sc.probabilities_of(i))), 0,
+      const wgmma::Operand p(wgmma::uniform_shared_address(sc.probabilities_of(i)), 0,
                              wgmma::kAtomBytes);
       std::uint64_t pd[kKeys / 16];
       KOKKOSMLA_UNROLL
       for (int j = 0; j < kKeys / 16; ++j) pd[j] = p.at(32 * j);
-      wgmma::issue_values<kBf16>(o, pd, unsigned(__cvta_generic_to_shared(sc.keys.buffer(i))), kKeys,
+      wgmma::issue_values<kBf16>(o, pd, wgmma::uniform_shared_address(sc.keys.buffer(i)), kKeys,
                                  kChunks);
     }
     wgmma::wait<0>();

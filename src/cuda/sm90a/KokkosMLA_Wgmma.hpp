@@ -62,6 +62,24 @@ struct Operand {
   }
 };
 
+/// x, which every lane of the warp holds alike, taken from lane 0 (all 32
+/// lanes call it) so that the compiler knows it is the same: shared-memory
+/// addresses that reach the products are then computed once a warp in the
+/// uniform registers wgmma reads descriptors from, not per thread and moved
+/// there (R2UR) before every product.
+__device__ inline unsigned warp_uniform(unsigned x) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  return __shfl_sync(0xffffffffu, x, 0);
+#else
+  return x;
+#endif
+}
+
+/// The shared-window address of p, as warp_uniform.
+__device__ inline unsigned uniform_shared_address(const void* p) {
+  return warp_uniform(unsigned(__cvta_generic_to_shared(p)));
+}
+
 /// Orders this thread's earlier register and shared-memory writes before the warpgroup's next products.
 __device__ inline void fence() {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
