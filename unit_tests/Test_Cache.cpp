@@ -1621,8 +1621,8 @@ Path expect_cache_accurate(const CacheCase& c, const Options& opt, std::uint64_t
     for (const auto* call : {&moved, &a}) {
       Problem<T>::poison(a.out);
       plan.execute(ExecSpace(), *call);
-      EXPECT_EQ(Problem<T>::host_copy(a.out), out) << (call == &a ? "first cache again: " : "cache moved: ")
-                                                   << plan.describe();
+      EXPECT_EQ(Problem<T>::host_copy(a.out), out)
+          << (call == &a ? "first cache again: " : "cache moved: ") << plan.describe();
     }
   }
   return plan.path();
@@ -1715,6 +1715,29 @@ TYPED_TEST(HalfCache, WholeTilesOnDecodeSm90WithinTwiceFrameworkError) {
     }
   if (ran[Path::DecodeSm90] == 0) GTEST_SKIP() << "no DecodeSm90 in this build or on this GPU";
   EXPECT_EQ(ran[Path::DecodeSm90], 6);
+}
+
+// Both 16-bit tensor paths on small cases split into 1, 3 and 5 parts, the
+// parts merged by lse (sequences shorter than their parts, parts with no
+// key, a row group part-full). Small enough to run under compute-sanitizer.
+TYPED_TEST(HalfCache, SplitsOnEachTensorPathWithinTwiceFrameworkError) {
+  std::map<Path, int> ran;
+  std::uint64_t seed = 970;
+  for (const CacheCase& c : {CacheCase{2, 1, 32, 8, 512, 64, 400, 16, false, {400, 9}},
+                             CacheCase{3, 2, 24, 8, 512, 0, 97, 0, false, {97, 2, 50}}})
+    for (Path path : {Path::DecodeTensorSm80, Path::DecodeSm90})
+      for (int splits : {1, 3, 5}) {
+        SCOPED_TRACE(describe(c) + " path=" + to_string(path) + " splits=" + std::to_string(splits));
+        Options opt;
+        opt.path = path;
+        opt.kv_splits = splits;
+        expect_runs_or_refuses(path, ran, [&] {
+          return expect_cache_accurate<Kokkos::DefaultExecutionSpace, TypeParam>(c, opt, ++seed);
+        });
+      }
+  if (ran[Path::DecodeTensorSm80] + ran[Path::DecodeSm90] == 0)
+    GTEST_SKIP() << "no tensor path in this build";
+  EXPECT_EQ(ran[Path::DecodeTensorSm80], 6);
 }
 
 TYPED_TEST(HalfCache, DeviceWithinTwiceFrameworkError) {
