@@ -33,7 +33,7 @@ enum class Path {
   DecompressedHost,      ///< prefill: K and V by GEMM, the flash kernel on a CPU core's vector unit (hosts)
   CacheHost,             ///< cache attention: the attention on a CPU core's vector unit (hosts)
   DecodeSm90,            ///< cache attention: cuBLAS projections, the wgmma decode kernel (16-bit, Hopper)
-  FlashSm90,             ///< prefill: K and V by cuBLAS, the wgmma flash kernel (16-bit, Hopper)
+  FlashSm90,             ///< prefill: K and V by cuBLAS, the wgmma flash kernel (16-bit, TF32; Hopper)
   DecompressedGemm,      ///< prefill: K and V by GEMM, attention by GEMMs around a softmax kernel (float, double)
   CacheGemm,             ///< cache attention: projections and attention by GEMMs around a softmax kernel (float, double)
 };

@@ -351,6 +351,28 @@ TEST(PathChoice, HopperPrefillNeedsSm90LargeScratchAndItsHeadDims) {
 #endif
 
 #if KOKKOSMLA_ENABLE_SM90A
+// Float plans take the Hopper prefill path with TF32 products alone: not in
+// exact fp32 (the default), and not with 3xTF32, which stays on mma.sync.
+TEST(PathChoice, HopperPrefillTakesFloatWithTf32Only) {
+  using Unit = Impl::FlashSm90Path<float, Kokkos::Cuda>;
+  auto takes = [](bool tf32, bool emulated, int compute_capability = 90) {
+    Impl::PrefillProblem p;
+    p.shape = {1, 4096, 4096, 16, 128, 512};
+    p.options.allow_tf32 = tf32;
+    p.options.emulate_fp32 = emulated;
+    p.backend = large;
+    p.backend.compute_capability = compute_capability;
+    return Unit::applicable(p);
+  };
+  EXPECT_TRUE(takes(true, false));
+  EXPECT_FALSE(takes(false, false));
+  EXPECT_FALSE(takes(false, true));
+  EXPECT_FALSE(takes(true, true));
+  EXPECT_FALSE(takes(true, false, 80));
+}
+#endif
+
+#if KOKKOSMLA_ENABLE_SM90A
 // A source of src/cuda/sm90a/ runs its sm_90a code on a Hopper GPU, beside
 // the library's sm_90 code from Kokkos' own flags.
 TEST(Sm90a, ArchitectureSpecificCodeRunsOnHopper) {

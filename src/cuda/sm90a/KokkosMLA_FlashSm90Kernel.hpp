@@ -1,8 +1,9 @@
 #ifndef KOKKOSMLA_FLASHSM90KERNEL_HPP
 #define KOKKOSMLA_FLASHSM90KERNEL_HPP
 // Flash attention on Hopper's warpgroup products (sm_90a): the Decompressed
-// prefill's attention for 16-bit q, K and V with head_dim 64 or 128, fp32
-// accumulation and an fp32 online softmax.
+// prefill's attention for 16-bit q, K and V, and for float ones with TF32
+// products (Options::allow_tf32), head_dim 64 or 128, fp32 accumulation and
+// an fp32 online softmax.
 //
 // A team is two warpgroups (256 threads) over 128 query rows of one (batch,
 // head), 64 per warpgroup; teams take tiles in the mma.sync kernel's order
@@ -28,6 +29,13 @@
 // never waits for the other group, measured 2-3 % slower. (Before TMA every
 // thread issued 16 cp.async copies a tile, and a copying warpgroup issuing
 // them all was 11-13 % slower: docs/performance.md.)
+//
+// Float (TF32): elements of 4 bytes, 64-key tiles (scratch 64 + 4 x 32 KB at
+// D = 128), m64n64k8 products. TF32 products read both operands K-major, so
+// V arrives transposed: V^T (B, H, D, S padded to 32), written by the path
+// after the decompression with each 8 keys in wgmma::tf32_value_position's
+// order, so that P's A fragments are the score registers as they are. Q and P
+// are rounded to TF32; K and V^T are read as stored (their low bits ignored).
 
 #include "cuda/sm90a/KokkosMLA_Barriers.hpp"
 #include "cuda/sm90a/KokkosMLA_Tma.hpp"
@@ -44,17 +52,21 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   using Base::batch, Base::causal, Base::heads, Base::k, Base::keys, Base::lse, Base::out, Base::q,
       Base::queries, Base::scale, Base::scratch_level, Base::v;
   static_assert(D == 64 || D == 128, "head_dim 64 or 128");
-  using Element = std::uint16_t;
+  static constexpr bool kTf32 = std::is_same<T, float>::value;
+  using Element = std::conditional_t<kTf32, float, std::uint16_t>;
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
+  static constexpr int kBytes = int(sizeof(Element));
   static constexpr int kGroups = 2, kThreads = 128 * kGroups;
-  static constexpr int kRows = 64 * kGroups;  // query rows a team: one product's M per warpgroup
-  static constexpr int kKeys = 128;           // keys a tile: the score product's N
-  static constexpr int kScores = kKeys / 2;   // score accumulators a thread
-  static constexpr int kChunks = D / 64;      // 64-column blocks of O (one m64nD value product per 16 keys)
-  static constexpr int kPieces = D / 8;       // 16-byte pieces a row
-  static constexpr int kQueryBytes = kRows * D * 2;
-  static constexpr int kTileBytes = kKeys * D * 2;
+  static constexpr int kRows = 64 * kGroups;        // query rows a team: one product's M per warpgroup
+  static constexpr int kKeys = kTf32 ? 64 : 128;    // keys a tile: the score product's N
+  static constexpr int kScores = kKeys / 2;         // score accumulators a thread
+  static constexpr int kChunks = D / 64;            // 64-column blocks of O (one m64n64 value product each)
+  static constexpr int kPieces = D * kBytes / 16;   // 16-byte pieces a row
+  static constexpr int kSteps = D * kBytes / 32;    // score products: 32 bytes of the contraction each
+  static constexpr int kBlocks = D * kBytes / 128;  // 128-byte column blocks of a row
+  static constexpr int kQueryBytes = kRows * D * kBytes;
+  static constexpr int kTileBytes = kKeys * D * kBytes;
   static constexpr int kKeyStages = 2, kValueStages = 2;             // tile buffers
   static constexpr int kBarriers = 2 * (kKeyStages + kValueStages);  // full and empty, of each buffer
   static constexpr int kKeysMap = 0, kValuesMap = 1;                 // tile_maps: K's, then V's
@@ -62,18 +74,34 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   static constexpr bool needs_full_team = true;
   using bounds = Kokkos::LaunchBounds<kThreads, 1>;
   using Member = typename Kokkos::TeamPolicy<Kokkos::Cuda, bounds>::member_type;
-  /// TMA maps of K and V (tma::kMapWords words each, in device memory), each
-  /// as the rank-4 tensor (D, H, S, B) read in boxes of 64 columns x kKeys
-  /// keys: keys past S arrive as zeros.
+  /// TMA maps of K and V (tma::kMapWords words each, in device memory): K
+  /// as the rank-4 tensor (D, H, S, B) read in boxes of 128 bytes x kKeys
+  /// keys, keys past S arriving as zeros; V the same for 16-bit T, V^T
+  /// (value_shape) for float.
   const std::uint64_t* tile_maps = nullptr;
 
-  /// The TMA view of K or V, each (B, S, H, D) in the workspace.
+  /// The TMA view of K, and for 16-bit T of V, each (B, S, H, D) in the workspace.
   static tma::TensorShape tile_shape(std::int64_t batch, std::int64_t keys, std::int64_t heads) {
-    const std::uint64_t row = std::uint64_t(D) * sizeof(Element);
+    const std::uint64_t row = std::uint64_t(D) * kBytes;
     return {4,
             {std::uint64_t(D), std::uint64_t(heads), std::uint64_t(keys), std::uint64_t(batch)},
             {row, row * heads, row * heads * keys},
-            {64, 1, std::uint32_t(kKeys), 1}};
+            {128 / kBytes, 1, std::uint32_t(kKeys), 1},
+            kBytes};
+  }
+
+  /// Keys of a row of V^T (float T): S rounded up to whole 32-key boxes.
+  static std::int64_t padded_keys(std::int64_t keys) { return (keys + 31) / 32 * 32; }
+
+  /// The TMA view of V^T (float T), (B, H, D, padded_keys) with each 8 keys
+  /// in wgmma::tf32_value_position's order, read in boxes of 32 keys x D rows.
+  static tma::TensorShape value_shape(std::int64_t batch, std::int64_t keys, std::int64_t heads) {
+    const std::uint64_t padded = std::uint64_t(padded_keys(keys)), row = padded * kBytes;
+    return {4,
+            {padded, std::uint64_t(D), std::uint64_t(heads), std::uint64_t(batch)},
+            {row, row * D, row * D * heads},
+            {32, std::uint32_t(D), 1, 1},
+            kBytes};
   }
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
@@ -95,25 +123,29 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   }
 
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
-  /// Copies the team's query rows (zeros past the last) into the swizzled
-  /// query tile with ordinary loads: q need only hold element pairs.
+  /// Copies the team's query rows (zeros past the last; floats rounded to
+  /// TF32) into the swizzled query tile with ordinary loads: q need only hold
+  /// element pairs.
   __device__ void stage_queries(const Element* head, std::int64_t q0, char* tile, int rank) const {
     constexpr int kPasses = kRows * kPieces / kThreads;
     static_assert(kRows * kPieces % kThreads == 0, "whole passes");
-    float word[kPasses][4];  // 16-bit pairs as bit patterns; every load in flight before the first store
+    float word[kPasses][4];  // 32-bit words as bit patterns; every load in flight before the first store
     KOKKOSMLA_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       const int i = rank + pass * kThreads, row = i / kPieces, piece = i % kPieces;
-      const auto* from = reinterpret_cast<const float*>(head + (q0 + row) * q.row + 8 * piece);
+      const auto* from = reinterpret_cast<const float*>(head + (q0 + row) * q.row + 16 / kBytes * piece);
       const bool valid = q0 + row < queries;
       KOKKOSMLA_UNROLL
-      for (int w = 0; w < 4; ++w) word[pass][w] = valid ? from[w] : 0.f;
+      for (int w = 0; w < 4; ++w) {
+        word[pass][w] = valid ? from[w] : 0.f;
+        if constexpr (kTf32) word[pass][w] = __uint_as_float(to_tf32(word[pass][w]));
+      }
     }
     KOKKOSMLA_UNROLL
     for (int pass = 0; pass < kPasses; ++pass) {
       const int i = rank + pass * kThreads;
       store_shared(
-          reinterpret_cast<float*>(tile + wgmma::swizzled_offset(kRows, i / kPieces, 8 * (i % kPieces))),
+          reinterpret_cast<float*>(tile + wgmma::swizzled_byte_offset(kRows, i / kPieces, 16 * (i % kPieces))),
           word[pass]);
     }
   }
@@ -161,10 +193,18 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     auto fill = [&](int tensor, const sync::Ring& ring, int i) {
       if (i >= ring.stages) ring.await_release(i - ring.stages);
       tma::expect_bytes(ring.full_of(i), kTileBytes);
-      KOKKOSMLA_UNROLL
-      for (int block = 0; block < kChunks; ++block)
-        tma::load_box(ring.buffer(i) + block * kKeys * 128, tile_maps + tensor * tma::kMapWords, 64 * block,
-                      int(at.h), i * kKeys, int(at.b), ring.full_of(i));
+      const std::uint64_t* map = tile_maps + tensor * tma::kMapWords;
+      if (kTf32 && tensor == kValuesMap) {  // V^T: blocks of 32 keys x D rows
+        KOKKOSMLA_UNROLL
+        for (int block = 0; block < kKeys / 32; ++block)
+          tma::load_box(ring.buffer(i) + block * D * 128, map, i * kKeys + 32 * block, 0, int(at.h), int(at.b),
+                        ring.full_of(i));
+      } else {  // K (and 16-bit V): blocks of 128 bytes x kKeys keys
+        KOKKOSMLA_UNROLL
+        for (int block = 0; block < kBlocks; ++block)
+          tma::load_box(ring.buffer(i) + block * kKeys * 128, map, 128 / kBytes * block, int(at.h), i * kKeys,
+                        int(at.b), ring.full_of(i));
+      }
     };
     // The groups take turns issuing products (named barriers 1 and 2), so
     // that one's softmax runs while the tensor cores work for the other.
@@ -200,16 +240,16 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     if (copier && kKeyStages < tiles) fill(kKeysMap, keys_ring, kKeyStages);
     wgmma::pin(s);
     wgmma::online_softmax(s, m, l, correction, kKeys > mask_from, visible0, visible1, t, scale2);
-    unsigned pa[kKeys / 16][4];
+    unsigned pa[kKeys * kBytes / 32][4];  // P's A fragments: one a product over 32 bytes of keys
     for (int j = 1; j < tiles; ++j) {
       const int k0 = j * kKeys;
       keys_ring.await(j);
       values_ring.await(j - 1);
       wgmma::fence_shared_writes();
-      wgmma::pack_probabilities<Ops>(pa, s);
+      pack_probabilities(pa, s);
       take_turn();
       issue_scores(s, queries_at, shared_at(keys_ring.buffer(j)));
-      wgmma::issue_values<kBf16, D>(o, pa, shared_at(values_ring.buffer(j - 1)), kKeys, 0);
+      issue_values(o, pa, shared_at(values_ring.buffer(j - 1)));
       pass_turn();
       wgmma::wait<1>();  // S_j
       wgmma::pin(s);
@@ -228,9 +268,9 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     }
     values_ring.await(tiles - 1);
     wgmma::fence_shared_writes();
-    wgmma::pack_probabilities<Ops>(pa, s);
+    pack_probabilities(pa, s);
     take_turn();
-    wgmma::issue_values<kBf16, D>(o, pa, shared_at(values_ring.buffer(tiles - 1)), kKeys, 0);
+    issue_values(o, pa, shared_at(values_ring.buffer(tiles - 1)));
     if (group == 0) pass_turn();  // group 1's last turn is passed to no one
     wgmma::wait<0>();
     KOKKOSMLA_UNROLL
@@ -243,17 +283,38 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
   }
 
   /// Issues s = Q K^T over D (the first product overwrites s) as one group:
-  /// this warpgroup's 64 query rows against the tile's 128 keys.
+  /// this warpgroup's 64 query rows against the tile's kKeys keys.
   __device__ static void issue_scores(float (&s)[kScores], unsigned queries_at, unsigned tile_at) {
     wgmma::fence();
     KOKKOSMLA_UNROLL
-    for (int step = 0; step < D / 16; ++step) {
+    for (int step = 0; step < kSteps; ++step) {
       const int block = step / 4, within = 32 * (step % 4);
-      wgmma::product_n128<kBf16>(
-          s, wgmma::descriptor(queries_at + block * kRows * 128 + within, 0, wgmma::kAtomBytes),
-          wgmma::descriptor(tile_at + block * kKeys * 128 + within, 0, wgmma::kAtomBytes), step > 0);
+      const std::uint64_t a = wgmma::descriptor(queries_at + block * kRows * 128 + within, 0, wgmma::kAtomBytes);
+      const std::uint64_t b = wgmma::descriptor(tile_at + block * kKeys * 128 + within, 0, wgmma::kAtomBytes);
+      if constexpr (kTf32)
+        wgmma::product_tf32_n64(s, a, b, step > 0);
+      else
+        wgmma::product_n128<kBf16>(s, a, b, step > 0);
     }
     wgmma::commit();
+  }
+
+  /// P's A fragments from the probabilities in s.
+  template <int N>
+  __device__ static void pack_probabilities(unsigned (&pa)[N][4], const float (&s)[kScores]) {
+    if constexpr (kTf32)
+      wgmma::pack_tf32_probabilities(pa, s);
+    else
+      wgmma::pack_probabilities<Ops>(pa, s);
+  }
+
+  /// Issues o += P V as one group over the value tile at tile_at (V, or V^T for float).
+  template <int N>
+  __device__ static void issue_values(float (&o)[kChunks][32], const unsigned (&pa)[N][4], unsigned tile_at) {
+    if constexpr (kTf32)
+      wgmma::issue_tf32_values<D>(o, pa, tile_at);
+    else
+      wgmma::issue_values<kBf16, D>(o, pa, tile_at, kKeys, 0);
   }
 
   /// Normalises and writes this thread's outputs of rows row and row + 8, and lse.
@@ -266,12 +327,16 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       const std::int64_t n = row + 8 * r;
       if (n >= queries) continue;
       const float inv = 1.f / l[r];
+      auto* to = reinterpret_cast<Element*>(out.at(at.b * queries + n, at.h)) + 2 * t;
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
-      for (int j = 0; j < 8; ++j)
-        *reinterpret_cast<unsigned*>(reinterpret_cast<Element*>(out.at(at.b * queries + n, at.h)) + 64 * c +
-                                     8 * j + 2 * t) =
-            Ops::pack(o[c][4 * j + 2 * r] * inv, o[c][4 * j + 2 * r + 1] * inv);
+      for (int j = 0; j < 8; ++j) {
+        const float x = o[c][4 * j + 2 * r] * inv, y = o[c][4 * j + 2 * r + 1] * inv;
+        if constexpr (kTf32)
+          *reinterpret_cast<float2*>(to + 64 * c + 8 * j) = make_float2(x, y);
+        else
+          *reinterpret_cast<unsigned*>(to + 64 * c + 8 * j) = Ops::pack(x, y);
+      }
       if (lse && t == 0) lse.at(at.b * queries + n, at.h) = m[r] * 0.6931471805599453f + logf(l[r]);
     }
   }

@@ -37,7 +37,7 @@ PFN_cuTensorMapEncodeTiled_v12000 encoder() {
 
 std::string describe(const void* base, const TensorShape& s) {
   std::ostringstream o;
-  o << "base " << base << ", extents (";
+  o << "base " << base << ", " << s.element_bytes << "-byte elements, extents (";
   for (int d = 0; d < s.rank; ++d) o << (d ? ", " : "") << s.extents[d];
   o << "), byte strides (";
   for (int d = 1; d < s.rank; ++d) o << (d > 1 ? ", " : "") << s.byte_strides[d - 1];
@@ -52,7 +52,10 @@ void encode(std::uint64_t* map, const void* base, const TensorShape& s) {
   const auto encode_tiled = encoder();
   if (!encode_tiled) throw std::runtime_error("KokkosMLA: the CUDA driver offers no cuTensorMapEncodeTiled");
   const cuuint32_t element_strides[5] = {1, 1, 1, 1, 1};
-  const CUresult r = encode_tiled(reinterpret_cast<CUtensorMap*>(map), CU_TENSOR_MAP_DATA_TYPE_UINT16,
+  if (s.element_bytes != 2 && s.element_bytes != 4)
+    throw std::logic_error("KokkosMLA: TMA maps of " + std::to_string(s.element_bytes) + "-byte elements");
+  const CUtensorMapDataType type = s.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16 : CU_TENSOR_MAP_DATA_TYPE_UINT32;
+  const CUresult r = encode_tiled(reinterpret_cast<CUtensorMap*>(map), type,
                                   cuuint32_t(s.rank), const_cast<void*>(base), s.extents, s.byte_strides, s.box,
                                   element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                   CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

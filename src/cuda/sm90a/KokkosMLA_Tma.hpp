@@ -1,7 +1,7 @@
 #ifndef KOKKOSMLA_TMA_HPP
 #define KOKKOSMLA_TMA_HPP
 // Hopper's tensor copy engine (TMA) for the sm_90a kernels. A tensor map (a
-// 128-byte descriptor of a strided 16-bit tensor in device memory, encoded on
+// 128-byte descriptor of a strided tensor of 16- or 32-bit elements in device memory, encoded on
 // the host) lets one thread copy a whole box of the tensor into team scratch
 // in wgmma's 128-byte-swizzled layout (KokkosMLA_Wgmma.hpp), counting the
 // bytes on an mbarrier as they land; elements past the tensor's extents
@@ -24,15 +24,17 @@ namespace tma {
 /// 64-bit words of one tensor map (CUtensorMap), kept 64-byte aligned.
 constexpr int kMapWords = 16;
 
-/// A 16-bit tensor of rank 2 .. 5 as TMA sees it: extents from the
-/// contiguous dimension out, the byte strides of dimensions 1 .. rank - 1
-/// (multiples of 16), and the box one copy moves (box[0] = 64: one 128-byte
-/// swizzled row).
+/// A tensor of rank 2 .. 5 as TMA sees it: extents from the contiguous
+/// dimension out, the byte strides of dimensions 1 .. rank - 1 (multiples of
+/// 16), the box one copy moves (box[0] elements make one 128-byte swizzled
+/// row: 64 of 16 bits, 32 of 32 bits) and the bytes of an element (2 or 4;
+/// TMA copies their bits, whatever the type).
 struct TensorShape {
   int rank;
   std::uint64_t extents[5];
   std::uint64_t byte_strides[4];
   std::uint32_t box[5];
+  int element_bytes = 2;
 };
 
 /// Encodes the map of `shape` at `base` (device memory) into `map` (host

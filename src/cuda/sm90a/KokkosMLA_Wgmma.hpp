@@ -8,12 +8,16 @@
 // d[4j .. 4j + 3] = (row g, columns 8j + 2t, 8j + 2t + 1), then row g + 8,
 // with g = lane / 4, t = lane % 4 and rows counted from 16 * (warp % 4).
 //
-// Operands in shared memory are 16-bit tiles stored as 64-column blocks of
-// 128-byte rows, swizzled the way wgmma's 128-byte mode reads them (the
+// TF32 products (m64nNk8, fp32 bits in, the low 13 mantissa bits ignored)
+// take both operands K-major; their A fragments in registers are mma.sync's
+// m16n8k8 ones. Operands in shared memory are tiles stored as 128-byte rows
+// (64 16-bit or 32 32-bit columns) in blocks, swizzled the way wgmma's 128-byte mode reads them (the
 // 16-byte piece c of row r at piece c ^ (r % 8)); each block starts on a
 // 1024-byte boundary. A tile of keys serves both products of attention from
 // the one copy: read K-major as the keys of S = Q K^T, and MN-major
 // (transposed) as the values of O = P V.
+
+#include "impl/KokkosMLA_TensorOps.hpp"
 
 #include <cstdint>
 #include <type_traits>
@@ -29,10 +33,15 @@ namespace wgmma {
 constexpr int kBlockColumns = 64;  ///< 16-bit columns of one 128-byte swizzled row
 constexpr int kAtomBytes = 1024;   ///< 8 swizzled rows: the pattern's period
 
-/// Byte offset of element (row, col) of a swizzled tile of `rows` rows.
+/// Byte offset of byte `byte` of row `row` (as if unswizzled and stored in
+/// 128-byte blocks of `rows` rows) in a swizzled tile, for elements of any size.
+__host__ __device__ constexpr int swizzled_byte_offset(int rows, int row, int byte) {
+  return (byte / 128) * rows * 128 + row * 128 + ((((byte % 128) / 16) ^ (row % 8)) * 16) + byte % 16;
+}
+
+/// Byte offset of 16-bit element (row, col) of a swizzled tile of `rows` rows.
 __host__ __device__ constexpr int swizzled_offset(int rows, int row, int col) {
-  return (col / kBlockColumns) * rows * 128 + row * 128 + ((((col % kBlockColumns) / 8) ^ (row % 8)) * 16) +
-         (col % 8) * 2;
+  return swizzled_byte_offset(rows, row, 2 * col);
 }
 
 /// The shared-memory matrix descriptor of the operand starting at byte
@@ -316,6 +325,84 @@ __device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps]
   commit();
 }
 
+#define KOKKOSMLA_TF32_SS_N64                                                                                \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"                                                             \
+  "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"                                                    \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1;\n}\n"
+#define KOKKOSMLA_TF32_RS_N64                                                                                \
+  "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"                                                             \
+  "wgmma.mma_async.sync.aligned.m64n64k8.f32.tf32.tf32"                                                    \
+  " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, " \
+  "%22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, {%32, %33, %34, %35}, %36, p, 1, 1;\n}\n"
+
+/// d (64 x 64) = A B^T (+ d when `add`) over 8 columns in TF32: A (64 rows)
+/// and B (64 rows) K-major fp32 tiles in shared memory.
+__device__ inline void product_tf32_n64(float (&d)[32], std::uint64_t a, std::uint64_t b, bool add) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile(KOKKOSMLA_TF32_SS_N64
+               : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+               : "l"(a), "l"(b), "r"(int(add)));
+#else
+  (void)d, (void)a, (void)b, (void)add;
+#endif
+}
+
+/// d (64 x 64) += A B over 8 rows of B in TF32: A (64 x 8) in registers as
+/// mma.sync's m16n8k8 TF32 A fragments, B^T (64 rows of 8) K-major in shared memory.
+__device__ inline void product_tf32_n64(float (&d)[32], const unsigned (&a)[4], std::uint64_t b) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile(KOKKOSMLA_TF32_RS_N64
+               : KOKKOSMLA_F8(d, 0), KOKKOSMLA_F8(d, 8), KOKKOSMLA_F8(d, 16), KOKKOSMLA_F8(d, 24)
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "r"(1));
+#else
+  (void)d, (void)a, (void)b;
+#endif
+}
+
+/// The position of key `key` in a tile of V^T for TF32 products from scores
+/// in registers: within each 8 keys, key 2i at i and key 2i + 1 at i + 4. A
+/// thread's score accumulators of an n8 tile (columns 2t, 2t + 1) then are
+/// its TF32 A fragment's columns t and t + 4 (pack_tf32_probabilities): no
+/// exchange between lanes.
+__host__ __device__ constexpr int tf32_value_position(int key) {
+  return (key & ~7) | ((key & 1) << 2) | ((key & 7) >> 1);
+}
+
+/// The TF32 A fragments of P = p (rounded) for products over 8 keys each, V^T
+/// stored in tf32_value_position's order: tile j of p is keys 8j .. 8j + 7.
+template <int N>
+__device__ inline void pack_tf32_probabilities(unsigned (&pa)[N / 4][4], const float (&p)[N]) {
+#pragma unroll
+  for (int j = 0; j < N / 4; ++j) {
+    pa[j][0] = to_tf32(p[4 * j]);      // (row g, key 2t)
+    pa[j][1] = to_tf32(p[4 * j + 2]);  // (row g + 8, key 2t)
+    pa[j][2] = to_tf32(p[4 * j + 1]);  // (row g, key 2t + 1)
+    pa[j][3] = to_tf32(p[4 * j + 3]);  // (row g + 8, key 2t + 1)
+  }
+}
+
+/// Issues o += P V in TF32 as one group: P one A fragment per 8 keys
+/// (pack_tf32_probabilities), V^T a tile of `Rows` rows (the head dimension)
+/// stored as blocks of 32 keys (128-byte rows, swizzled); chunk c of o from
+/// rows 64c .. 64c + 63.
+template <int Rows, int Chunks, int Steps>
+__device__ inline void issue_tf32_values(float (&o)[Chunks][32], const unsigned (&pa)[Steps][4],
+                                         unsigned tile_at) {
+#pragma unroll
+  for (int c = 0; c < Chunks; ++c) pin(o[c]);
+  fence();
+#pragma unroll
+  for (int j = 0; j < Steps; ++j)
+#pragma unroll
+    for (int c = 0; c < Chunks; ++c)
+      product_tf32_n64(o[c], pa[j], descriptor(tile_at + (j / 4) * Rows * 128 + c * 64 * 128 + 32 * (j % 4), 0,
+                                               kAtomBytes));
+  commit();
+}
+
+#undef KOKKOSMLA_TF32_SS_N64
+#undef KOKKOSMLA_TF32_RS_N64
 #undef KOKKOSMLA_F8
 #undef KOKKOSMLA_SS_N32
 #undef KOKKOSMLA_SS_N64
