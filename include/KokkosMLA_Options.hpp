@@ -63,14 +63,17 @@ struct Options {
   /// tensor cores in TF32, whose products keep 10 mantissa bits of each
   /// operand (relative error 2^-11 rounded, 2^-10 truncated;
   /// docs/performance.md states the bound on out): prefill by the
-  /// Decompressed algorithm (head_dim 64 or 128), and cache attention over
+  /// Decompressed algorithm (head_dim 64 or 128; on Hopper the wgmma
+  /// kernel, FlashSm90, elsewhere mma.sync), and cache attention over
   /// native caches of latent 512 with RoPE 64 or none (the DecodeTensorSm80
   /// path, where Kokkos lets a team have 78 KB of scratch; from 256 query
   /// rows a sequence, Tq x H, attention by cuBLAS's TF32 GEMMs instead, which
   /// measured faster there). Every other plan ignores it.
   bool allow_tf32 = false;
   /// float plans on CUDA GPUs of compute capability 8.0 and newer: run the
-  /// same tensor-core paths as allow_tf32 with fp32 accuracy: every product
+  /// mma.sync tensor-core paths (also on Hopper: Hopper's warpgroup
+  /// products measured 15x PyTorch's fp32 error with 3xTF32) with fp32
+  /// accuracy: every product
   /// of the attention as three TF32 products of the operands' high and low
   /// parts (3xTF32), the GEMMs around it in fp32. Its error stays within
   /// twice that of plain fp32 (docs/performance.md); it takes precedence
