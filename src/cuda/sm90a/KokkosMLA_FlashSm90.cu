@@ -101,7 +101,8 @@ bool FlashSm90Path<Scalar, ExecSpace>::applicable(const PrefillProblem& p) {
   using Kernel = FlashSm90Kernel<Scalar, 128>;
   const std::int64_t d = p.shape.head_dim;
   const Algorithm a = p.options.algorithm;
-  // Float takes TF32 products alone here (3xTF32 runs on FlashTensorSm80).
+  // Float takes TF32 products alone here: 3xTF32 on warpgroup products measured 15x PyTorch's fp32
+  // error (docs/performance.md), so it runs on FlashTensorSm80.
   return tensor_products_allowed<Scalar>(p.options) && !split_tf32<Scalar>(p.options) &&
          (a == Algorithm::Auto || a == Algorithm::Decompressed) && (d == 64 || d == 128) &&
          p.backend.compute_capability == 90 &&
