@@ -335,7 +335,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
         const int r = i % 2, col = column + kk * kSliceWidth + (i / 2) * (kSliceWidth / 2);
         if constexpr (kFloat) {
           const float x = valid[r] ? at(r, col + t)[0] : 0.f;
-          qf[kk][i] = kSplit ? x : __uint_as_float(to_tf32(x));
+          qf[kk][i] = kSplit ? x : rounded_to_tf32(x);
         } else {
           qf[kk][i] = valid[r] ? *reinterpret_cast<const unsigned*>(at(r, col + 2 * t)) : 0u;
         }

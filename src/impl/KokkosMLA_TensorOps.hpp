@@ -230,6 +230,16 @@ KOKKOS_INLINE_FUNCTION unsigned to_tf32(float x) {
 #endif
 }
 
+/// x rounded to TF32 (to_tf32), as a float.
+KOKKOS_INLINE_FUNCTION float rounded_to_tf32(float x) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  return __uint_as_float(to_tf32(x));
+#else
+  (void)x;
+  return 0.f;
+#endif
+}
+
 /// Operand handling of a warp's 16 query rows for 16-bit T. Fragment
 /// coordinates: g = lane / 4 (row), t = lane % 4 (column pair).
 template <class T, int D>

@@ -71,7 +71,7 @@ struct TransposeValuesKernel {
     float* rows = values_t + (b * heads + h) * D * padded + s0;
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, kKeys * D), [&](int i) {
       const int d = i / kKeys, key = i % kKeys;
-      rows[d * padded + wgmma::tf32_value_position(key)] = __uint_as_float(to_tf32(tile[key * kLd + d]));
+      rows[d * padded + wgmma::tf32_value_position(key)] = rounded_to_tf32(tile[key * kLd + d]);
     });
 #else
     (void)team;

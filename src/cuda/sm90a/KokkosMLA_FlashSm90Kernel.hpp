@@ -138,7 +138,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       KOKKOSMLA_UNROLL
       for (int w = 0; w < 4; ++w) {
         word[pass][w] = valid ? from[w] : 0.f;
-        if constexpr (kTf32) word[pass][w] = __uint_as_float(to_tf32(word[pass][w]));
+        if constexpr (kTf32) word[pass][w] = rounded_to_tf32(word[pass][w]);
       }
     }
     KOKKOSMLA_UNROLL
