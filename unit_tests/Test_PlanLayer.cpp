@@ -262,10 +262,10 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndThirtyTwoRows) {
 #endif
 
 #if KOKKOSMLA_ENABLE_SM80 && KOKKOSMLA_HAS_BHALF
-// The mma.sync decode path takes FP8 tokens of DeepSeek's widths where the
-// large team scratch holds their staging ring and two 16-bit tiles (71 KB a
-// team), not without RoPE keys; 16-bit caches on both kinds of Kokkos.
-TEST(PathChoice, TensorDecodeTakesFp8CachesWithLargeScratch) {
+// The mma.sync decode path takes FP8 tokens of DeepSeek's widths on both
+// kinds of Kokkos (DecodeFp8TensorKernel's staging ring, 46 KB a team, fits
+// a classic team's scratch), not without RoPE keys; 16-bit caches too.
+TEST(PathChoice, TensorDecodeTakesFp8CachesOfDeepSeekWidths) {
   using Unit = Impl::DecodeTensorSm80Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
   auto takes = [](const Backend& be, const CacheShape& s) {
     Impl::CacheProblem p;
@@ -281,7 +281,8 @@ TEST(PathChoice, TensorDecodeTakesFp8CachesWithLargeScratch) {
     CacheShape fp8 = h16, fp8_no_rope = no_rope;
     fp8.storage = fp8_no_rope.storage = storage;
     EXPECT_TRUE(takes(large, fp8));
-    EXPECT_FALSE(takes(classic, fp8));
+    EXPECT_TRUE(takes(classic, fp8));
+    EXPECT_FALSE(takes(classic, fp8_no_rope));
     EXPECT_FALSE(takes(large, fp8_no_rope));
   }
 }

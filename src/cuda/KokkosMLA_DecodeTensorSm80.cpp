@@ -2,7 +2,7 @@
 
 #include "cuda/KokkosMLA_DecodeTensorSm80.hpp"
 
-#include "impl/KokkosMLA_DecodeTensorKernel.hpp"
+#include "impl/KokkosMLA_DecodeFp8TensorKernel.hpp"
 #include "impl/KokkosMLA_TensorGemm.hpp"
 #include "paths/KokkosMLA_CachePaths.hpp"
 
@@ -12,6 +12,12 @@ namespace KokkosMLA {
 namespace Impl {
 
 namespace {
+
+/// The mma.sync decode kernel of a cache: DecodeFp8TensorKernel over FP8
+/// tokens, DecodeTensorKernel over 16-bit or float rows.
+template <class T, int Rope, CacheStorage Storage, bool Listed>
+using Sm80DecodeKernel = std::conditional_t<Storage == CacheStorage::Native, DecodeTensorKernel<T, Rope, Storage, Listed>,
+                                            DecodeFp8TensorKernel<T, Storage, Listed>>;
 
 /// Whether float on tensor cores gives way, by default, to attention by
 /// cuBLAS GEMMs (CacheGemm, from 128 query rows a sequence), which on the
@@ -36,18 +42,18 @@ bool gemms_preferred(const CacheProblem& p) {
 
 template <class Scalar, class ExecSpace>
 bool DecodeTensorSm80Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
-  // float tiles are fp32: FP8 tokens are dequantised to 16-bit ones only.
+  // FP8 tokens are read with 16-bit queries only (DecodeFp8TensorKernel).
   const bool storage_taken = is_half_precision<Scalar>::value || p.shape.storage == CacheStorage::Native;
   return tensor_products_allowed<Scalar>(p.options) && storage_taken && tensor_cache_widths(p.shape) &&
          !gemms_preferred<Scalar>(p) && p.backend.compute_capability >= 80 &&
-         decode_scratch_bytes<DecodeTensorKernel, Scalar>(p.shape) <=
-             decode_scratch_budget<DecodeTensorKernel, Scalar>(p.backend);
+         decode_scratch_bytes<Sm80DecodeKernel, Scalar>(p.shape) <=
+             decode_scratch_budget<Sm80DecodeKernel, Scalar>(p.backend);
 }
 
 template <class Scalar, class ExecSpace>
 DecodeTensorSm80Path<Scalar, ExecSpace>::DecodeTensorSm80Path(const ExecSpace&, const CacheProblem& p)
     : AbsorbedTensorPath<Scalar, ExecSpace>(
-          p, decode_splits<DecodeTensorKernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 4) {}
+          p, decode_splits<Sm80DecodeKernel, Scalar>(p.shape, p.backend, p.options.kv_splits), 4) {}
 
 template <class Scalar, class ExecSpace>
 std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
@@ -55,7 +61,7 @@ std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
   o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads
     << " key_tile=" << Kernel::kKeys
-    << " scratch=" << decode_scratch_bytes<DecodeTensorKernel, Scalar>(this->problem_.shape)
+    << " scratch=" << decode_scratch_bytes<Sm80DecodeKernel, Scalar>(this->problem_.shape)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   o << products_label<Scalar>(this->problem_.options);
   return o.str();
@@ -66,7 +72,7 @@ void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exe
                                                             Scalar* qa) const {
   const CacheProblem& p = this->problem_;
   auto attend = [&](auto products) {
-    attend_in_parts<DecodeTensorKernel, decltype(products)>(
+    attend_in_parts<Sm80DecodeKernel, decltype(products)>(
         exec, "KokkosMLA::CacheAttention::attend_tensor", p.shape, this->splits_, float(p.scale),
         p.options.causal, a, qa, this->parts_.data(), this->listed());
   };

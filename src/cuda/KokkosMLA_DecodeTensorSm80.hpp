@@ -3,7 +3,8 @@
 // Cache attention on tensor cores (compute capability 8.0+), latent_dim 512
 // with rope_dim 64 or 0: queries absorbed and outputs up-projected by cuBLAS
 // (AbsorbedTensorPath), attention in parts by the mma.sync decode kernel,
-// merged by lse (src/impl/KokkosMLA_DecodeTensorKernel.hpp). 16-bit types,
+// merged by lse (src/impl/KokkosMLA_DecodeTensorKernel.hpp; over FP8 tokens,
+// src/impl/KokkosMLA_DecodeFp8TensorKernel.hpp). 16-bit types,
 // and float with Options::emulate_fp32 (3xTF32 products, fp32 GEMMs) or
 // Options::allow_tf32 (TF32 products and GEMMs) on native caches, where the
 // Kokkos lets a team have the 78 KB its fp32 tiles take. Defined in

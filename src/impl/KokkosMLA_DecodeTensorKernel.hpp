@@ -36,11 +36,10 @@
 // rows padded to hit 32 banks (TensorOps' FloatTensorOperands does the same
 // for the prefill).
 //
-// FP8 caches (DeepSeek's widths): tokens are staged as stored, three tiles
-// deep, and the team dequantises each a step ahead into the other 16-bit
-// tile (KokkosMLA_Fp8Tiles.hpp): 71 KB of scratch, so a Kokkos with the CUDA
-// shared-memory opt-in. Sparse attention: each query token's listed keys
-// (ListedKeys) are a sequence of their own, read through the same lookup.
+// FP8 caches take DecodeFp8TensorKernel (the same team and steps on staged
+// tokens, KokkosMLA_DecodeFp8TensorKernel.hpp). Sparse attention: each query
+// token's listed keys (ListedKeys) are a sequence of their own, read through
+// the same lookup.
 //
 // Teams of one sequence and part are adjacent in the league, so that a
 // sequence's row groups (8 for 128 heads) read its keys from L2 once fetched.
@@ -117,6 +116,33 @@ struct DecodeOperands {
     if (begin > end) begin = end;
   }
 
+  /// A team's share: sequence b, part `part`, query rows from `first`, and
+  /// keys: the part's [begin, end) and of those, the ones its rows see, up
+  /// to team_end (the last row sees most), masked per row from edge_from on.
+  struct TeamShare {
+    std::int64_t b, first, begin, end, team_end, edge_from;
+    int part;
+  };
+  KOKKOS_INLINE_FUNCTION TeamShare team_share(std::int64_t league_rank) const {
+    const std::int64_t groups = row_groups(), rows = queries * heads;
+    TeamShare s;
+    s.part = int(league_rank / groups % splits);
+    s.b = league_rank / (groups * splits);
+    s.first = league_rank % groups * Rows;
+    part_range(length(s.b), s.part, s.begin, s.end);
+    const std::int64_t last = (s.first + Rows < rows ? s.first + Rows : rows) - 1;
+    s.team_end = visible_end(s, last);
+    s.edge_from = visible_end(s, s.first);
+    return s;
+  }
+  /// The end of the keys of the share that query row n (token n / H) sees:
+  /// with causal masks, keys up to length - Tq + n / H.
+  KOKKOS_INLINE_FUNCTION std::int64_t visible_end(const TeamShare& s, std::int64_t n) const {
+    const std::int64_t row_end =
+        causal && n < queries * heads ? length(s.b) - queries + n / heads + 1 : length(s.b);
+    return row_end < s.end ? row_end : s.end;
+  }
+
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   /// Normalises and writes a thread's rows n0 and n0 + 8 of oa and their
   /// lse, once the quad's sums (lanes 4g .. 4g + 3 hold a row's columns) are
@@ -174,12 +200,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   using B = Tf32Parts<kSplit, 2>;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
   static constexpr int kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr bool kFp8 = Storage != CacheStorage::Native;
-  static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
-  static_assert(!kFp8 || !kFloat, "FP8 tokens dequantised to 16-bit tiles");
-  // FP8 tokens: staged three tiles deep (two in flight, 21 KB, where the
-  // 16-bit tiles keep one of 18 KB), dequantised a step ahead into the two 16-bit tiles.
-  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, 16, kThreads, 3>;
+  static_assert(Storage == CacheStorage::Native, "FP8 tokens take DecodeFp8TensorKernel");
   // Staged rows: 16-bit, +16 bytes (ldmatrix hits 32 banks); fp32, +4 words
   // (580 = 4 mod 32: a warp's K reads, key g column t, and V reads, key 2t
   // or 2t + 1 column g, hit 32 banks).
@@ -209,7 +230,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
-           std::size_t(kWarps) * kRows * kKeys * sizeof(float) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) +
+           std::size_t(kWarps) * kRows * kKeys * sizeof(float) +
            kAlignment;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
@@ -252,44 +273,20 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   __device__ void attend(const Member& team) const {
     const int rank = hidden_from_compiler(team.team_rank()), warp = rank / 32, lane = rank % 32;
     const int g = lane / 4, t = lane % 4;  // fragment row and column pair
-    const std::int64_t groups = row_groups();
-    const std::int64_t group = team.league_rank() % groups;
-    const int part = int(team.league_rank() / groups % splits);
-    const std::int64_t b = team.league_rank() / (groups * splits);
-    const std::int64_t rows = queries * heads,
-                       first = group * kRows;  // the sequence's rows, this team's first
+    const auto share = this->team_share(team.league_rank());
+    const std::int64_t b = share.b, begin = share.begin, team_end = share.team_end;
 
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     auto* tiles = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
                                              ~std::uintptr_t(kAlignment - 1));
     float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);         // (warp, row, key)
-    char* staging = reinterpret_cast<char*>(partial + kWarps * kRows * kKeys);  // FP8 tokens
 
-    // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
-    const std::int64_t length = this->length(b);
-    auto row_end = [&](std::int64_t n) {
-      return causal && n < rows ? length - queries + n / heads + 1 : length;
-    };
-    std::int64_t begin, end;
-    part_range(length, part, begin, end);
-    const std::int64_t last = (first + kRows < rows ? first + kRows : rows) - 1;
-    const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;     // the last row sees most
-    const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
-    if constexpr (kFp8) {
-      fp8_tiles().start(*this, b, begin, team_end, staging, rank);
-      Fp8Tiles::wait_first();
-      team.team_barrier();
-      dequantise(staging, 0, tiles, rank);
-    } else if (begin < team_end) {
-      stage(b, begin, team_end, tiles, rank);
-    }
+    if (begin < team_end) stage(b, begin, team_end, tiles, rank);
 
     // Rows g and g + 8 of the team, columns kWarpColumns warp .. of [qa, q_rope], as A fragments.
-    const std::int64_t n0 = first + g, n1 = n0 + 8;
+    const std::int64_t n0 = share.first + g;
     QFragments qf;
     load_queries(qf, b, n0, warp * kWarpColumns, t);
-    const std::int64_t end0 = row_end(n0) < end ? row_end(n0) : end;
-    const std::int64_t end1 = row_end(n1) < end ? row_end(n1) : end;
 
     float o[kOutTiles][4];
     KOKKOSMLA_UNROLL
@@ -298,22 +295,20 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     const float scale2 = scale * 1.4426950408889634f;        // exp(x) = exp2(x log2(e))
 
     // Key positions are below 2^30 (validated): the loop counts in 32 bits.
-    const int key_end = int(team_end), mask_from = int(edge_from), visible0 = int(end0), visible1 = int(end1);
+    const int key_end = int(team_end), mask_from = int(share.edge_from);
+    const int visible0 = int(this->visible_end(share, n0)), visible1 = int(this->visible_end(share, n0 + 8));
     for (int k0 = int(begin), step = 0; k0 < key_end; k0 += kKeys, ++step) {
-      const Element* tile = next_tile(team, b, k0, key_end, step, tiles, staging, rank);
+      const Element* tile = next_tile(team, b, k0, key_end, step, tiles, rank);
       float s[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};
       partial_scores(s, qf, tile + warp * kWarpColumns, lane);
       exchange_partial_scores(team, s, partial, warp, g, t);
       const bool edge = k0 + kKeys > mask_from;
       softmax_step(s, o, m, l, edge, visible0 - k0, visible1 - k0, t, scale2);
       accumulate(o, s, tile + warp * kWarpOut, lane);
-      if constexpr (kFp8) dequantise(staging, step + 1, tiles + (step + 1) % 2 * kKeys * kLd, rank);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
-    finish(o, m, l, b, part, first + g, t, warp);
+    finish(o, m, l, b, share.part, n0, t, warp);
   }
-
-  __device__ Fp8Tiles fp8_tiles() const { return Fp8Tiles{this->fp8}; }
 
   /// Rows n0 and n0 + 8 of sequence b's [qa, q_rope] (zeros past the last
   /// row), columns from `column` on, as A fragments: 16-bit pairs (columns
@@ -343,32 +338,16 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     }
   }
 
-  /// The 16-bit tile of keys k0 .. k0 + kKeys - 1 (step `step` of the
-  /// part), visible to the team, every warp done with the tiles and partials
-  /// of the step before, and the copies of a later tile started: with
-  /// 16-bit caches this tile's copies done and the next one's started into
-  /// the other buffer; with FP8, the tokens of the next tile staged and
-  /// visible (Fp8KeyTiles), the tile Stages on fetched.
+  /// The tile of keys k0 .. k0 + kKeys - 1 (step `step` of the part),
+  /// visible to the team, every warp done with the other tile and the
+  /// partials of the step before, and the next tile's copies started into it.
   __device__ const Element* next_tile(const Member& team, std::int64_t b, int k0, int key_end, int step,
-                                      Element* tiles, char* staging, int rank) const {
+                                      Element* tiles, int rank) const {
     const int buffer = step % 2;
-    if constexpr (kFp8) {
-      Fp8Tiles::wait_next();
-      team.team_barrier();
-      fp8_tiles().fetch_ahead(*this, b, k0, key_end, staging, step, rank);
-    } else {
-      wait_copies<0>();
-      team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
-      if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
-    }
+    wait_copies<0>();
+    team.team_barrier();  // the tile is visible; every warp is done with the other buffer and the partials
+    if (k0 + kKeys < key_end) stage(b, k0 + kKeys, key_end, tiles + (buffer ^ 1) * kKeys * kLd, rank);
     return tiles + buffer * kKeys * kLd;
-  }
-
-  /// Dequantises the staged tokens of the part's tile `tile` into `to`.
-  __device__ void dequantise(char* staging, int tile, Element* to, int rank) const {
-    fp8_tiles().dequantise(Fp8Tiles::slot(staging, tile), rank, [&](int key, int column, uint4 bits) {
-      *reinterpret_cast<uint4*>(to + key * kLd + column) = bits;
-    });
   }
 
   /// Replaces this warp's partial scores s by the sums over the four warps,
@@ -469,12 +448,13 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   }
 
   /// Scales the step's scores, masks keys from visible0 / visible1 on (rows g,
-  /// g + 8) on an edge step, updates the running max and sums, rescales o, and leaves the
+  /// g + 8) on an edge step, updates the running max and sums, rescales o
+  /// (times o_ratio as well: a change of o's unit), and leaves the
   /// unnormalised probabilities in s. A row that has seen no key yet keeps
   /// max -inf and contributes zeros.
   __device__ static void softmax_step(float (&s)[2][4], float (&o)[kOutTiles][4], float (&m)[2],
                                       float (&l)[2], bool edge, int visible0, int visible1, int t,
-                                      float scale2) {
+                                      float scale2, float o_ratio = 1.f) {
     const int visible[2] = {visible0, visible1};
     float mx[2] = {m[0], m[1]};
     KOKKOSMLA_UNROLL
@@ -495,8 +475,9 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
       const float correction = fast_exp2(m[r] - base[r]);  // 0 while m is -inf
       m[r] = mx[r];
       l[r] *= correction;
+      const float o_correction = correction * o_ratio;
       KOKKOSMLA_UNROLL
-      for (int n = 0; n < kOutTiles; ++n) o[n][2 * r] *= correction, o[n][2 * r + 1] *= correction;
+      for (int n = 0; n < kOutTiles; ++n) o[n][2 * r] *= o_correction, o[n][2 * r + 1] *= o_correction;
     }
     KOKKOSMLA_UNROLL
     for (int n = 0; n < 2; ++n) {

@@ -1,24 +1,19 @@
 #ifndef KOKKOSMLA_FP8TILES_HPP
 #define KOKKOSMLA_FP8TILES_HPP
-// FP8 cache tokens for the tensor-core decode kernels (DecodeTensorKernel,
+// FP8 cache tokens for the tensor-core decode kernels (DecodeFp8TensorKernel,
 // DecodeSm90Kernel), DeepSeek's widths (latent 512, RoPE 64) in either FP8
-// storage (docs/serving.md, "FP8 latent cache"). A kernel's key tiles are
-// 16-bit, so the tokens take two steps:
-//   fetch:       a tile's tokens copied as they are stored (656 or 576 bytes)
-//                by cp.async into one buffer of a ring of `Stages` staging
-//                buffers in team scratch;
-//   dequantise:  the whole team turns a staged tile into one of the kernel's
-//                two 16-bit tiles: e4m3 x scale in fp32 (the contract's
-//                value), rounded to T once; bf16 RoPE keys of Fp8PerBlock as
-//                they are (bf16) or rounded (fp16).
-// Per step i of the mma.sync kernel: the tokens of tile i + 1 are waited
-// for and made visible by the step's first team barrier, tile i + Stages is
-// fetched into the buffer tile i left, tile i is used, and tile i + 1 is
-// dequantised into the other 16-bit tile, so the next barrier publishes it:
-// no barrier of its own, and its loads and conversions overlap other warps'
-// products. Eight threads share a token in both steps: one row lookup a
-// thread a pass, in 8 Keys / Threads passes. DecodeSm90's values group calls
-// fetch and dequantise itself (one tile ahead, behind the group's barrier).
+// storage (docs/serving.md, "FP8 latent cache"):
+//   fetch:       a tile's tokens copied as they are stored (656 or 576 bytes,
+//                Pitch apart) by cp.async into one buffer of a ring of
+//                `Stages` staging buffers in team scratch;
+//   dequantise:  (DecodeSm90Kernel, whose products read 16-bit tiles) a
+//                staged tile turned into a 16-bit one: e4m3 x scale in fp32
+//                (the contract's value), rounded to T once; bf16 RoPE keys
+//                of Fp8PerBlock as they are (bf16) or rounded (fp16).
+// DecodeFp8TensorKernel reads the staged tokens themselves. Eight threads
+// share a token in both steps: one row lookup a thread a pass, in 8 Keys /
+// Threads passes. DecodeSm90's values group fetches and dequantises one
+// tile ahead, behind the group's barrier.
 
 #include <KokkosMLA_Fp8.hpp>
 
@@ -35,15 +30,38 @@ struct Fp8Keys {
   float latent_scale = 1, rope_scale = 1;
 };
 
-template <class T, CacheStorage Storage, int Keys, int Threads, int Stages>
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+/// The low two e4m3 codes of `codes` as an fp16 pair (exact: every e4m3 value is an fp16 one).
+__device__ inline unsigned f16x2_from_e4m3x2(unsigned codes) {
+#if __CUDA_ARCH__ >= 890
+  unsigned halves;
+  asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(halves) : "h"(static_cast<unsigned short>(codes)));
+  return halves;
+#else
+  return Fp16Mma::pack(float_from_e4m3(std::uint8_t(codes)), float_from_e4m3(std::uint8_t(codes >> 8)));
+#endif
+}
+#endif
+
+/// Bytes of an FP8 token of DeepSeek's widths: 512 e4m3, then 4 fp32 scales
+/// and 64 bf16 RoPE values (Fp8PerBlock, 656), or 64 e4m3 RoPE values (576).
+constexpr int deepseek_fp8_token_bytes(CacheStorage storage) { return storage == CacheStorage::Fp8PerBlock ? 656 : 576; }
+
+/// Pitch: bytes between staged tokens (their size, or more so that a
+/// kernel's accesses hit every bank).
+template <class T, CacheStorage Storage, int Keys, int Threads, int Stages,
+          int Pitch = deepseek_fp8_token_bytes(Storage)>
 struct Fp8KeyTiles {
   static_assert(Storage != CacheStorage::Native, "an FP8 storage");
   static constexpr bool kPerBlock = Storage == CacheStorage::Fp8PerBlock;
   static constexpr int kRank = 512, kRope = 64;
-  /// Bytes of a token: 512 e4m3, then 4 fp32 scales and 64 bf16 (656), or 64 e4m3 (576).
-  static constexpr int kTokenBytes = kPerBlock ? kRank + 4 * (kRank / 128) + 2 * kRope : kRank + kRope;
+  static constexpr int kTokenBytes = deepseek_fp8_token_bytes(Storage);
+  static_assert(kTokenBytes == (kPerBlock ? kRank + 4 * (kRank / 128) + 2 * kRope : kRank + kRope),
+                "the token's parts");
+  static_assert(Pitch >= kTokenBytes && Pitch % 16 == 0, "whole tokens, 16-byte aligned");
+  static constexpr int kPitch = Pitch;
   static constexpr int kPieces = kTokenBytes / 16;  // 16-byte pieces of a token: 41 or 36
-  static constexpr int kStageBytes = Keys * kTokenBytes;
+  static constexpr int kStageBytes = Keys * Pitch;
   static constexpr int kScratchBytes = Stages * kStageBytes;
   static constexpr int kPassKeys = Threads / 8;  // tokens a pass
   static constexpr int kPasses = Keys / kPassKeys;
@@ -56,21 +74,21 @@ struct Fp8KeyTiles {
   /// The staging buffer of tile `tile` of a part.
   __device__ static char* slot(char* staging, int tile) { return staging + tile % Stages * kStageBytes; }
 
-  /// Starts fetching the part's first Stages tiles (keys from k0 on).
+  /// A ring read in place (DecodeFp8TensorKernel), Stages - 1 tiles in
+  /// flight: `start` fetches the part's first Stages - 1 tiles (keys from k0
+  /// on); at step i, wait_current (before the step's first barrier) waits
+  /// for this thread's copies of tile i, and fetch_ahead (after it, keys k0
+  /// on) starts tile i + Stages - 1 in the buffer that tile i - 1 left.
   template <class Operands>
   __device__ void start(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end, char* staging,
                         int rank) const {
-    for (int j = 0; j < Stages; ++j) fetch(op, b, k0 + j * Keys, end, slot(staging, j), rank);
+    for (int j = 0; j < Stages - 1; ++j) fetch(op, b, k0 + j * Keys, end, slot(staging, j), rank);
   }
-  /// Waits for this thread's copies of the part's first tile.
-  __device__ static void wait_first() { wait_copies<Stages - 1>(); }
-  /// At step i (before its first barrier): waits for this thread's copies of tile i + 1.
-  __device__ static void wait_next() { wait_copies<Stages - 2>(); }
-  /// At step i (after its first barrier; keys k0 on): starts fetching tile i + Stages.
+  __device__ static void wait_current() { wait_copies<Stages - 2>(); }
   template <class Operands>
   __device__ void fetch_ahead(const Operands& op, std::int64_t b, std::int64_t k0, std::int64_t end,
                               char* staging, int step, int rank) const {
-    fetch(op, b, k0 + Stages * Keys, end, slot(staging, step), rank);
+    fetch(op, b, k0 + (Stages - 1) * Keys, end, slot(staging, step + Stages - 1), rank);
   }
 
   /// Starts copying keys k0 .. k0 + Keys - 1 of sequence b (zeros from
@@ -88,7 +106,7 @@ struct Fp8KeyTiles {
         const bool valid = k0 + key < end;
         const std::uint8_t* from =
             keys.tokens.latent + (valid ? op.key_row(b, k0 + key) : 0) * keys.tokens.latent_ld;
-        char* to = stage + key * kTokenBytes;
+        char* to = stage + key * Pitch;
         KOKKOSMLA_UNROLL
         for (int p = piece; p < kPieces; p += 8) copy_async<CopyVia::L2>(to + 16 * p, from + 16 * p, valid);
       }
@@ -111,7 +129,7 @@ struct Fp8KeyTiles {
   /// Piece `piece` (of eight) of staged token `key`'s dequantisation.
   template <class Put>
   __device__ void dequantise_token(const char* stage, int key, int piece, Put& put) const {
-    const char* token = stage + key * kTokenBytes;
+    const char* token = stage + key * Pitch;
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
       const int channel = 16 * (piece + 8 * j);  // in block j
@@ -142,15 +160,9 @@ struct Fp8KeyTiles {
 
   /// The low two e4m3 codes of `codes` times scale, as a T pair.
   __device__ static unsigned pair(unsigned codes, float scale) {
-#if __CUDA_ARCH__ >= 890
-    unsigned halves;
-    asm("cvt.rn.f16x2.e4m3x2 %0, %1;\n" : "=r"(halves) : "h"(static_cast<unsigned short>(codes)));
+    const unsigned halves = f16x2_from_e4m3x2(codes);
     const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&halves));
     return Mma<T>::pack(x.x * scale, x.y * scale);
-#else
-    return Mma<T>::pack(float_from_e4m3(std::uint8_t(codes)) * scale,
-                        float_from_e4m3(std::uint8_t(codes >> 8)) * scale);
-#endif
   }
 
   /// A bf16 pair as a T pair.

@@ -73,9 +73,9 @@ struct Mma<Kokkos::Experimental::bhalf_t> {
 };
 #endif
 
-#if KOKKOSMLA_HAS_HALF
-template <>
-struct Mma<Kokkos::Experimental::half_t> {
+/// fp16 products, whatever Kokkos' half_t is: Mma<half_t>, and the latent
+/// products of the FP8 decode kernel (whose e4m3 values are exact in fp16).
+struct Fp16Mma {
   KOKKOS_INLINE_FUNCTION static void run(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
     asm volatile(
@@ -97,6 +97,10 @@ struct Mma<Kokkos::Experimental::half_t> {
 #endif
   }
 };
+
+#if KOKKOSMLA_HAS_HALF
+template <>
+struct Mma<Kokkos::Experimental::half_t> : Fp16Mma {};
 #endif
 
 /// Four 8x8 16-bit matrices from shared memory, transposed: lane l gives the
@@ -149,6 +153,29 @@ KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float (&v)[4]) {
                : "memory");
 #else
   (void)at, v[0] = v[1] = v[2] = v[3] = 0;
+#endif
+}
+
+/// A 32-bit word of shared memory at `address`, a shared-window address
+/// (shared_address): one register, where a generic pointer takes two.
+KOKKOS_INLINE_FUNCTION unsigned load_shared_word(unsigned address) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  unsigned v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(address) : "memory");
+  return v;
+#else
+  (void)address;
+  return 0;
+#endif
+}
+
+/// The shared-window address of a team-scratch pointer.
+KOKKOS_INLINE_FUNCTION unsigned shared_address(const void* p) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  return unsigned(__cvta_generic_to_shared(p));
+#else
+  (void)p;
+  return 0;
 #endif
 }
 
