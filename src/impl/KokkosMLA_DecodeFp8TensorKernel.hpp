@@ -47,7 +47,7 @@ namespace Impl {
 template <class T, CacheStorage Storage, bool Listed = false>
 struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query rows a team, 16 keys a step
   using Base = DecodeOperands<T, 16, 16, Listed>;
-  using Base::heads, Base::qa, Base::queries, Base::scale, Base::scratch_level, Base::row_groups;
+  using Base::heads, Base::qa, Base::queries, Base::scale, Base::scratch_level;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(is_half_precision<T>::value && Storage != CacheStorage::Native, "FP8 tokens, 16-bit queries");
   using Scalar = typename Base::Scalar;
@@ -59,6 +59,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   static constexpr int kBlock = kRank / kWarps;  // a warp's latent channels: one scale's block
   static constexpr int kSlices = kBlock / 16;    // its k16 slices of the scores: 8
   static constexpr int kOutTiles = kBlock / 8;   // its n8 tiles of oa: 16
+  static constexpr int kRopeColumns = kRope / kWarps;  // a warp's RoPE columns: one k16 slice
   static constexpr int kStages = 4;              // staged tiles: three in flight
   static constexpr int kPitch = kPerBlock ? 656 : 592;
   using Tokens = Fp8KeyTiles<T, Storage, kKeys, kThreads, kStages, kPitch>;
@@ -189,7 +190,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
     const Scalar* const rope[2] = {this->rope_row(b, n0), this->rope_row(b, n0 + 8)};
     KOKKOSMLA_UNROLL
     for (int i = 0; i < 4; ++i)
-      q.rope[i] = row[i % 2] ? *reinterpret_cast<const unsigned*>(rope[i % 2] + 16 * warp + 2 * t + 8 * (i / 2))
+      q.rope[i] = row[i % 2] ? *reinterpret_cast<const unsigned*>(rope[i % 2] + kRopeColumns * warp + 2 * t + 8 * (i / 2))
                              : 0u;
   }
 
@@ -245,7 +246,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   __device__ static void rope_fragment(unsigned token, int warp, int t, unsigned (&kb)[2]) {
     KOKKOSMLA_UNROLL
     for (int h = 0; h < 2; ++h) {
-      const int column = 16 * warp + 2 * t + 8 * h;
+      const int column = kRopeColumns * warp + 2 * t + 8 * h;
       if constexpr (kPerBlock) {
         const unsigned bits = load_shared_word(token + kRopeAt + 2 * column);
         kb[h] = kBf16 ? bits : Tokens::from_bf16(bits);

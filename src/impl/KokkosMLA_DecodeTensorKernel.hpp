@@ -116,11 +116,11 @@ struct DecodeOperands {
     if (begin > end) begin = end;
   }
 
-  /// A team's share: sequence b, part `part`, query rows from `first`, and
-  /// keys: the part's [begin, end) and of those, the ones its rows see, up
+  /// A team's share: sequence b (of `length` keys), part `part`, query rows
+  /// from `first`, and keys: the part's [begin, end) and of those, the ones its rows see, up
   /// to team_end (the last row sees most), masked per row from edge_from on.
   struct TeamShare {
-    std::int64_t b, first, begin, end, team_end, edge_from;
+    std::int64_t b, first, length, begin, end, team_end, edge_from;
     int part;
   };
   KOKKOS_INLINE_FUNCTION TeamShare team_share(std::int64_t league_rank) const {
@@ -129,7 +129,8 @@ struct DecodeOperands {
     s.part = int(league_rank / groups % splits);
     s.b = league_rank / (groups * splits);
     s.first = league_rank % groups * Rows;
-    part_range(length(s.b), s.part, s.begin, s.end);
+    s.length = length(s.b);
+    part_range(s.length, s.part, s.begin, s.end);
     const std::int64_t last = (s.first + Rows < rows ? s.first + Rows : rows) - 1;
     s.team_end = visible_end(s, last);
     s.edge_from = visible_end(s, s.first);
@@ -138,8 +139,7 @@ struct DecodeOperands {
   /// The end of the keys of the share that query row n (token n / H) sees:
   /// with causal masks, keys up to length - Tq + n / H.
   KOKKOS_INLINE_FUNCTION std::int64_t visible_end(const TeamShare& s, std::int64_t n) const {
-    const std::int64_t row_end =
-        causal && n < queries * heads ? length(s.b) - queries + n / heads + 1 : length(s.b);
+    const std::int64_t row_end = causal && n < queries * heads ? s.length - queries + n / heads + 1 : s.length;
     return row_end < s.end ? row_end : s.end;
   }
 

@@ -45,7 +45,9 @@ __device__ inline unsigned f16x2_from_e4m3x2(unsigned codes) {
 
 /// Bytes of an FP8 token of DeepSeek's widths: 512 e4m3, then 4 fp32 scales
 /// and 64 bf16 RoPE values (Fp8PerBlock, 656), or 64 e4m3 RoPE values (576).
-constexpr int deepseek_fp8_token_bytes(CacheStorage storage) { return storage == CacheStorage::Fp8PerBlock ? 656 : 576; }
+constexpr int deepseek_fp8_token_bytes(CacheStorage storage) {
+  return storage == CacheStorage::Fp8PerBlock ? 512 + 4 * (512 / 128) + 2 * 64 : 512 + 64;
+}
 
 /// Pitch: bytes between staged tokens (their size, or more so that a
 /// kernel's accesses hit every bank).
@@ -54,10 +56,8 @@ template <class T, CacheStorage Storage, int Keys, int Threads, int Stages,
 struct Fp8KeyTiles {
   static_assert(Storage != CacheStorage::Native, "an FP8 storage");
   static constexpr bool kPerBlock = Storage == CacheStorage::Fp8PerBlock;
-  static constexpr int kRank = 512, kRope = 64;
+  static constexpr int kRank = 512;
   static constexpr int kTokenBytes = deepseek_fp8_token_bytes(Storage);
-  static_assert(kTokenBytes == (kPerBlock ? kRank + 4 * (kRank / 128) + 2 * kRope : kRank + kRope),
-                "the token's parts");
   static_assert(Pitch >= kTokenBytes && Pitch % 16 == 0, "whole tokens, 16-byte aligned");
   static constexpr int kPitch = Pitch;
   static constexpr int kPieces = kTokenBytes / 16;  // 16-byte pieces of a token: 41 or 36

@@ -103,12 +103,22 @@ template <>
 struct Mma<Kokkos::Experimental::half_t> : Fp16Mma {};
 #endif
 
+/// The shared-window address of a team-scratch pointer.
+KOKKOS_INLINE_FUNCTION unsigned shared_address(const void* p) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  return unsigned(__cvta_generic_to_shared(p));
+#else
+  (void)p;
+  return 0;
+#endif
+}
+
 /// Four 8x8 16-bit matrices from shared memory, transposed: lane l gives the
 /// address of row l % 8 of matrix l / 8, and register i receives this lane's
 /// pair of matrix i (column lane / 4, rows 2 (lane % 4) and the next).
 KOKKOS_INLINE_FUNCTION void load_matrices_transposed(const std::uint16_t* row, unsigned (&r)[4]) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  const unsigned address = unsigned(__cvta_generic_to_shared(row));
+  const unsigned address = shared_address(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
@@ -121,7 +131,7 @@ KOKKOS_INLINE_FUNCTION void load_matrices_transposed(const std::uint16_t* row, u
 /// 2 (lane % 4) and the next, of matrix i.
 KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r)[4]) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  const unsigned address = unsigned(__cvta_generic_to_shared(row));
+  const unsigned address = shared_address(row);
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(address));
@@ -135,7 +145,7 @@ KOKKOS_INLINE_FUNCTION void load_matrices(const std::uint16_t* row, unsigned (&r
 /// on the long scoreboard like global loads.
 KOKKOS_INLINE_FUNCTION void store_shared(float* at, const float (&v)[4]) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  const unsigned address = unsigned(__cvta_generic_to_shared(at));
+  const unsigned address = shared_address(at);
   asm volatile("st.shared.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "f"(v[0]), "f"(v[1]), "f"(v[2]),
                "f"(v[3])
                : "memory");
@@ -146,7 +156,7 @@ KOKKOS_INLINE_FUNCTION void store_shared(float* at, const float (&v)[4]) {
 
 KOKKOS_INLINE_FUNCTION void load_shared(const float* at, float (&v)[4]) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  const unsigned address = unsigned(__cvta_generic_to_shared(at));
+  const unsigned address = shared_address(at);
   asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
                : "=f"(v[0]), "=f"(v[1]), "=f"(v[2]), "=f"(v[3])
                : "r"(address)
@@ -169,16 +179,6 @@ KOKKOS_INLINE_FUNCTION unsigned load_shared_word(unsigned address) {
 #endif
 }
 
-/// The shared-window address of a team-scratch pointer.
-KOKKOS_INLINE_FUNCTION unsigned shared_address(const void* p) {
-#ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  return unsigned(__cvta_generic_to_shared(p));
-#else
-  (void)p;
-  return 0;
-#endif
-}
-
 /// Which caches an asynchronous copy's source passes through: L2 only
 /// (cp.async.cg), or L1 as well (cp.async.ca).
 enum class CopyVia { L2, L1 };
@@ -188,7 +188,7 @@ enum class CopyVia { L2, L1 };
 template <CopyVia Via = CopyVia::L2>
 KOKKOS_INLINE_FUNCTION void copy_async(void* to, const void* from, bool valid) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  const unsigned address = unsigned(__cvta_generic_to_shared(to));
+  const unsigned address = shared_address(to);
   if constexpr (Via == CopyVia::L1)
     asm volatile("cp.async.ca.shared.global [%0], [%1], 16, %2;\n" ::"r"(address), "l"(from),
                  "r"(valid ? 16 : 0));

@@ -12,9 +12,7 @@ namespace Impl {
 namespace sync {
 
 /// The shared-window address of an mbarrier in team scratch.
-__device__ inline unsigned address_of(std::uint64_t* barrier) {
-  return unsigned(__cvta_generic_to_shared(barrier));
-}
+__device__ inline unsigned address_of(std::uint64_t* barrier) { return shared_address(barrier); }
 
 /// Sets up an mbarrier whose phases complete after `count` arrivals.
 __device__ inline void init(std::uint64_t* barrier, unsigned count) {

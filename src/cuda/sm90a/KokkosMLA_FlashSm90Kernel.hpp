@@ -164,8 +164,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
                                 ~std::uintptr_t(wgmma::kAtomBytes - 1));
     char* key_tiles = query_tile + kQueryBytes;
     char* value_tiles = key_tiles + kKeyStages * kTileBytes;
-    const unsigned queries_at = unsigned(__cvta_generic_to_shared(query_tile)) + 64 * group * 128;
-    auto shared_at = [](char* p) { return unsigned(__cvta_generic_to_shared(p)); };
+    const unsigned queries_at = shared_address(query_tile) + 64 * group * 128;
 
     // Query row r sits at key position offset + r and, when causal, sees keys up to it.
     const std::int64_t offset = keys - queries;
@@ -233,7 +232,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     keys_ring.await(0);
     wgmma::fence_shared_writes();
     take_turn();
-    issue_scores(s, queries_at, shared_at(key_tiles));
+    issue_scores(s, queries_at, shared_address(key_tiles));
     pass_turn();
     wgmma::wait<0>();
     keys_ring.release(0);
@@ -248,8 +247,8 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
       wgmma::fence_shared_writes();
       pack_probabilities(pa, s);
       take_turn();
-      issue_scores(s, queries_at, shared_at(keys_ring.buffer(j)));
-      issue_values(o, pa, shared_at(values_ring.buffer(j - 1)));
+      issue_scores(s, queries_at, shared_address(keys_ring.buffer(j)));
+      issue_values(o, pa, shared_address(values_ring.buffer(j - 1)));
       pass_turn();
       wgmma::wait<1>();  // S_j
       wgmma::pin(s);
@@ -270,7 +269,7 @@ struct FlashSm90Kernel : FlashOperands<T, D> {
     wgmma::fence_shared_writes();
     pack_probabilities(pa, s);
     take_turn();
-    issue_values(o, pa, shared_at(values_ring.buffer(tiles - 1)));
+    issue_values(o, pa, shared_address(values_ring.buffer(tiles - 1)));
     if (group == 0) pass_turn();  // group 1's last turn is passed to no one
     wgmma::wait<0>();
     KOKKOSMLA_UNROLL
