@@ -18,41 +18,46 @@ AbsorbedTensorPath<Scalar, ExecSpace>::AbsorbedTensorPath(const CacheProblem& p,
                                                             rows * s.latent_dim);
   parts_ = workspace<float, typename ExecSpace::memory_space>(
       "KokkosMLA::CachePlan::parts", splits_ > 1 ? splits_ * rows * (s.latent_dim + 1) : 0);
-  listed_ = workspace<int, typename ExecSpace::memory_space>(
-      "KokkosMLA::CachePlan::listed", s.topk > 0 ? s.batch * s.queries * (s.topk + 1) : 0);
+  const std::int64_t tokens = s.topk > 0 ? s.batch * s.queries : 0;
+  listed_rows_ = workspace<std::int64_t, typename ExecSpace::memory_space>("KokkosMLA::CachePlan::listed_rows",
+                                                                         tokens * s.topk);
+  listed_counts_ =
+      workspace<int, typename ExecSpace::memory_space>("KokkosMLA::CachePlan::listed_counts", tokens);
 }
 
 template <class Scalar, class ExecSpace>
 ListedKeys AbsorbedTensorPath<Scalar, ExecSpace>::listed() const {
   const CacheShape& s = problem_.shape;
   if (s.topk == 0) return {};
-  return {listed_.data(), listed_.data() + s.batch * s.queries * s.topk, s.topk, s.queries};
+  return {listed_rows_.data(), listed_counts_.data(), s.topk};
 }
 
-/// Sparse attention's lists for the decode kernels: each query token's
-/// entries of CacheArguments::indices that name a key (0 <= position <
-/// seqlens(b); -1 marks an unused one), in their order, and their count. A
-/// team per query token, one scan over its list.
-struct CompactIndicesKernel {
+/// Sparse attention's lists for the decode kernels: the cache rows (through
+/// `keys`' block table) of each query token's entries of
+/// CacheArguments::indices that name a key (0 <= position < seqlens(b); -1
+/// marks an unused one), in their order, and their count. A team per query
+/// token, one scan over its list.
+template <class Keys>  // a LatentKeys
+struct ListKeysKernel {
   const int* indices;  // (B Tq, topk)
-  const int* seqlens;  // (B)
-  int* positions;      // (B Tq, topk): ListedKeys::positions
+  Keys keys;           // the cache's addressing: lengths, block table
+  std::int64_t* rows;  // (B Tq, topk): ListedKeys::rows
   int* counts;         // (B Tq): ListedKeys::counts
   std::int64_t topk, tokens;
   using Member = Kokkos::TeamPolicy<Kokkos::Cuda>::member_type;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
-    const std::int64_t row = team.league_rank();
-    const int length = seqlens[row / tokens];
+    const std::int64_t row = team.league_rank(), b = row / tokens;
+    const std::int64_t length = keys.length(b);
     const int* from = indices + row * topk;
-    int* to = positions + row * topk;
+    std::int64_t* to = rows + row * topk;
     int total = 0;
     Kokkos::parallel_scan(
         Kokkos::TeamThreadRange(team, int(topk)),
         [&](int j, int& before, bool final) {
           const int p = from[j];
           const bool names_a_key = p >= 0 && p < length;
-          if (final && names_a_key) to[before] = p;
+          if (final && names_a_key) to[before] = keys.row(b, p);
           before += names_a_key ? 1 : 0;
         },
         total);
@@ -97,10 +102,16 @@ void AbsorbedTensorPath<Scalar, ExecSpace>::attend_absorbed(const ExecSpace& exe
   const CacheShape& s = problem_.shape;
   if (s.topk > 0) {
     const std::int64_t tokens = s.batch * s.queries;
-    Kokkos::parallel_for("KokkosMLA::CacheAttention::list_indices",
-                         Kokkos::TeamPolicy<Kokkos::Cuda>(exec, int(tokens), 128),
-                         CompactIndicesKernel{a.indices.data(), a.cache.seqlens.data(), listed_.data(),
-                                              listed_.data() + tokens * s.topk, s.topk, s.queries});
+    auto list = [&](auto keys) {
+      Kokkos::parallel_for("KokkosMLA::CacheAttention::list_indices",
+                           Kokkos::TeamPolicy<Kokkos::Cuda>(exec, int(tokens), 128),
+                           ListKeysKernel<decltype(keys)>{a.indices.data(), keys, listed_rows_.data(),
+                                                          listed_counts_.data(), s.topk, s.queries});
+    };
+    if (s.storage == CacheStorage::Native)
+      list(cache_rows<Scalar>(a.cache, a.cache.latent));
+    else
+      list(cache_rows<std::uint8_t>(a.cache, a.cache.fp8.tokens));
   }
   attend_kernel(exec, a, qa);
 }

@@ -6,8 +6,9 @@
 // path's own attention kernel (attend_absorbed), which reads qa from the
 // workspace and writes oa in its place, in parts merged by lse. With sparse
 // indices, each query token's valid positions are first compacted into a
-// list (ListedKeys) that the kernel reads as a sequence of its own. Defined in
-// KokkosMLA_AbsorbedTensorPath.cpp, built where KOKKOSMLA_ENABLE_SM80.
+// list of their cache rows (ListedKeys) that the kernel reads as a sequence
+// of its own. Defined in KokkosMLA_AbsorbedTensorPath.cpp, built where
+// KOKKOSMLA_ENABLE_SM80.
 
 #include "impl/KokkosMLA_LatentKernels.hpp"
 #include "paths/KokkosMLA_PathUnit.hpp"
@@ -21,7 +22,8 @@ class AbsorbedTensorPath : public PlannedCache<Scalar, ExecSpace> {
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
   int splits() const override { return splits_; }
   std::size_t workspace_bytes() const override {
-    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float) + listed_.span() * sizeof(int);
+    return qa_.span() * sizeof(Scalar) + parts_.span() * sizeof(float) +
+           listed_rows_.span() * sizeof(std::int64_t) + listed_counts_.span() * sizeof(int);
   }
   /// Checks the operands' alignment, absorbs, attends, up-projects.
   void run(const ExecSpace& exec, const Call& call) const override;
@@ -38,8 +40,10 @@ class AbsorbedTensorPath : public PlannedCache<Scalar, ExecSpace> {
   std::size_t q_rope_alignment_ = 4;
   Kokkos::View<Scalar*, typename ExecSpace::memory_space> qa_;    ///< (B, Tq, H, R) qa, then oa
   Kokkos::View<float*, typename ExecSpace::memory_space> parts_;  ///< the split parts' fp32 oa and lse
-  /// Sparse attention: each query token's valid positions (B Tq, topk), then their counts (B Tq).
-  Kokkos::View<int*, typename ExecSpace::memory_space> listed_;
+  /// Sparse attention: the cache rows of each query token's valid positions
+  /// (B Tq, topk), and their counts (B Tq).
+  Kokkos::View<std::int64_t*, typename ExecSpace::memory_space> listed_rows_;
+  Kokkos::View<int*, typename ExecSpace::memory_space> listed_counts_;
 
   /// The listed keys of sparse attention (filled by attend_absorbed), or none.
   ListedKeys listed() const;

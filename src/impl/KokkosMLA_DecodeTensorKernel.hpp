@@ -96,12 +96,12 @@ struct DecodeOperands {
     else
       return cache.length(b);
   }
-  /// The cache row of key k of sequence b (Listed: of query token b, whose
-  /// sequence is b / listed.tokens). A compile-time choice: as a branch, the
-  /// lookup of lists cost the wgmma kernel 150 bytes of spills.
+  /// The cache row of key k of sequence b (Listed: of query token b). A
+  /// compile-time choice: as a branch, the lookup of lists cost the wgmma
+  /// kernel 150 bytes of spills.
   KOKKOS_INLINE_FUNCTION std::int64_t key_row(std::int64_t b, std::int64_t k) const {
     if constexpr (Listed)
-      return cache.row(b / listed.tokens, listed.positions[b * listed.ld + k]);
+      return listed.rows[b * listed.ld + k];
     else
       return cache.row(b, k);
   }

@@ -49,14 +49,15 @@ struct LatentKeys {
   }
 };
 
-/// Sparse attention's keys for the tensor-core decode kernels: each query token's valid
-/// positions, in order, compacted from CacheArguments::indices
-/// (CompactIndicesKernel): row b of `positions` lists counts[b] positions of
-/// sequence b / tokens (tokens = Tq).
+/// Sparse attention's keys for the tensor-core decode kernels: the cache
+/// rows of each query token's valid positions, in order, compacted from
+/// CacheArguments::indices (ListKeysKernel): row b of `rows` lists counts[b]
+/// rows. Rows, not positions: a kernel finds a key's row with one load, not
+/// two dependent ones (list, then block table) ahead of its copies.
 struct ListedKeys {
-  const int* positions = nullptr;  ///< (B Tq, ld)
-  const int* counts = nullptr;     ///< (B Tq), or null: dense attention
-  std::int64_t ld = 0, tokens = 1;
+  const std::int64_t* rows = nullptr;  ///< (B Tq, ld)
+  const int* counts = nullptr;         ///< (B Tq), or null: dense attention
+  std::int64_t ld = 0;
 };
 
 /// How the rows of `tokens`, a LatentCache's latent or its FP8 tokens, are
