@@ -102,6 +102,39 @@ TEST(ScratchBudget, PortableTilesAreTheSameOnBothKinds) {
   }
 }
 
+// A problem whose sequences fit one key tile is all latency (its teams' time
+// is their chain of dependent steps, which grows with their rows): on a GPU
+// its rows spread over more teams, heads first and then tokens, until each
+// multiprocessor has one. Longer sequences keep a team's rows together, as
+// they share each staged tile; hosts keep theirs.
+TEST(LatentTiles, ShortSequencesSpreadTheirRowsOverTheMultiprocessors) {
+  using Host = Kokkos::DefaultHostExecutionSpace;
+  struct Case {
+    Shape shape;
+    int tokens, heads;  // a team's on the H200's 132 multiprocessors
+  };
+  const Case cases[] = {
+      {{2, 32, 32, 4, 16, 24}, 1, 1},    // 256 teams; with 2 tokens a team, 128
+      {{4, 8, 8, 16, 16, 16}, 2, 1},     // 256 teams; with 4 tokens, 128
+      {{1, 7, 7, 5, 33, 577}, 1, 1},     // 35 teams, one a row
+      {{3, 16, 16, 128, 8, 8}, 8, 4},    // 192 teams as preferred: no spread
+      {{2, 32, 4096, 4, 16, 24}, 8, 4},  // long sequences: rows share each tile
+  };
+  Backend host;
+  host.scratch_max[0] = std::size_t(1) << 30;
+  host.concurrency = 64;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.shape));
+    const auto k = Impl::latent_kernel<Host, float, Impl::LatentStep::Fused>(c.shape);
+    const Impl::LatentTiles t = Impl::latent_tiles(k, c.shape.keys, large).tiles;
+    EXPECT_EQ(t.tokens, c.tokens);
+    EXPECT_EQ(t.heads, c.heads);
+    const Impl::LatentTiles on_host = Impl::latent_tiles(k, c.shape.keys, host).tiles;
+    EXPECT_EQ(on_host.tokens, std::min<std::int64_t>(16, c.shape.queries));
+    EXPECT_EQ(on_host.heads, std::min<std::int64_t>(4, c.shape.heads));
+  }
+}
+
 // The one split-count heuristic. On an H200 the 16-bit decode kernel (16
 // rows per team, 3 teams per SM, 41488 bytes of scratch) takes 3 parts on
 // FlashMLA's shapes, as measured fastest against 1, 2, 4 and 6 forced

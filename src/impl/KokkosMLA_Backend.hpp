@@ -88,15 +88,17 @@ struct Backend {
   /// else as many as its team size allows, and no more than its scratch allows.
   double resident_teams(const ScratchDemand& d, std::size_t scratch_bytes) const {
     if (host) return double(concurrency);
-    constexpr int kThreadsPerSM = 2048;
-    const double sms = double(concurrency) / kThreadsPerSM;
     double per_sm = d.teams_per_sm > 1 ? double(d.teams_per_sm) : double(kThreadsPerSM / d.team_threads);
     if (sm_shared > 0)
       per_sm = std::min(
           per_sm, std::floor(double(sm_shared) / double(scratch_bytes + kokkos_team_reserve(d.team_threads) +
                                                         kRuntimeBlockReserve)));
-    return std::max(1.0, sms * per_sm);
+    return std::max(1.0, multiprocessors() * per_sm);
   }
+
+  /// A GPU's multiprocessors (Kokkos counts 2048 threads each); a host's threads.
+  double multiprocessors() const { return host ? double(concurrency) : double(concurrency) / kThreadsPerSM; }
+  static constexpr int kThreadsPerSM = 2048;
 };
 
 /// Whether ExecSpace is Kokkos::Cuda (false where the build has no CUDA).

@@ -182,6 +182,23 @@ FlashChoice flash_choice(const Shape& s, const Backend& be) {
   return c;
 }
 
+/// Fewer rows a team (heads first, then tokens) until a GPU's multiprocessors
+/// each have a team: for problems whose sequences fit one key tile, where
+/// rows that share a team share little but its chain of dependent steps
+/// (a team's time is that chain's latency, and it grows with its rows).
+template <class Kernel>
+void spread_rows(const Kernel& k, const Backend& be, LatentTiles& t) {
+  auto teams = [&] {
+    return double(k.batch) * double((k.heads + t.heads - 1) / t.heads) * double((k.queries + t.tokens - 1) / t.tokens);
+  };
+  while (teams() < be.multiprocessors() && (t.heads > 1 || t.tokens > 1)) {
+    if (t.heads > 1)
+      t.heads = halve(t.heads, 1);
+    else
+      t.tokens = halve(t.tokens, 1);
+  }
+}
+
 /// Tiles for a latent kernel whose extents (and rope width, splits) are set;
 /// keys is the longest sequence.
 template <class Kernel>
@@ -191,6 +208,7 @@ Fitted<LatentTiles> latent_tiles(const Kernel& k, std::int64_t keys, const Backe
   t.heads = clamp_tile(k.heads, be.host ? 4 : (32 + t.tokens - 1) / t.tokens);
   t.key_tile = clamp_tile(keys, be.host ? 64 : 32);
   t.weight_chunk = clamp_tile(k.rank, be.host ? 64 : 32);
+  if (!be.host && keys <= t.key_tile) spread_rows(k, be, t);
   auto bytes = [&](const LatentTiles& x) { return k.scratch_bytes(x); };
   // Staged tiles shrink first (to 8), then the row block, then the tiles to 1.
   auto shrink = [](LatentTiles& x) {
