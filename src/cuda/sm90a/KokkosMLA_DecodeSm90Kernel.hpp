@@ -62,9 +62,7 @@ template <class T, int Rope, CacheStorage Storage = CacheStorage::Native, bool L
 struct DecodeSm90Kernel
     : DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed> {  // 64 query rows a team: one product's M
   using Base = DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed>;
-  using Base::batch, Base::cache, Base::causal, Base::heads, Base::lse, Base::oa, Base::parts, Base::q_rope,
-      Base::qa, Base::queries, Base::scale, Base::splits, Base::scratch_level, Base::part_range,
-      Base::row_groups;
+  using Base::cache, Base::heads, Base::qa, Base::queries, Base::scale, Base::scratch_level;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
   using Element = std::uint16_t;
@@ -294,22 +292,9 @@ struct DecodeSm90Kernel
     const int group = rank / kGroupThreads, thread = rank % kGroupThreads;
     const int lane = rank % 32, t = lane % 4;        // fragment column pair
     const int row0 = 16 * (thread / 32) + lane / 4;  // this thread's rows: row0, row0 + 8 (both groups)
-    const std::int64_t groups = row_groups();
-    const std::int64_t group_of_rows = team.league_rank() % groups;
-    const int part = int(team.league_rank() / groups % splits);
-    const std::int64_t b = team.league_rank() / (groups * splits);
-    const std::int64_t rows = queries * heads, first = group_of_rows * kRows;
+    const auto share = this->team_share(team.league_rank());
+    const std::int64_t b = share.b, first = share.first, begin = share.begin, team_end = share.team_end;
     const Scratch sc = carve(static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes())));
-
-    // Query row n of the sequence is token n / H: it sees keys up to length - Tq + n / H.
-    const std::int64_t length = this->length(b);
-    auto row_end = [&](std::int64_t n) {
-      return causal && n < rows ? length - queries + n / heads + 1 : length;
-    };
-    std::int64_t begin, end;
-    part_range(length, part, begin, end);
-    const std::int64_t last = (first + kRows < rows ? first + kRows : rows) - 1;
-    const std::int64_t team_end = row_end(last) < end ? row_end(last) : end;  // the last row sees most
     // Key positions are below 2^30 (validated): tiles count in 32 bits.
     const int tiles = int((team_end - begin + kKeys - 1) / kKeys);
 
@@ -337,11 +322,10 @@ struct DecodeSm90Kernel
     for (int i = 0; i < 32; ++i) o[c][i] = 0.f;
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (log2 units), lane's sums
     if (group == 0) {
-      const std::int64_t edge_from = row_end(first) < end ? row_end(first) : end;  // masks from here on
-      const std::int64_t n0 = first + row0, n1 = n0 + 8;
-      const int visible0 = int(row_end(n0) < end ? row_end(n0) : end) - int(begin);
-      const int visible1 = int(row_end(n1) < end ? row_end(n1) : end) - int(begin);
-      score_tiles(sc, o, m, l, tiles, int(edge_from - begin), visible0, visible1, row0, t);
+      const std::int64_t n0 = first + row0;
+      const int visible0 = int(this->visible_end(share, n0) - begin);
+      const int visible1 = int(this->visible_end(share, n0 + 8) - begin);
+      score_tiles(sc, o, m, l, tiles, int(share.edge_from - begin), visible0, visible1, row0, t);
     } else {
       value_tiles(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
     }
@@ -362,7 +346,7 @@ struct DecodeSm90Kernel
       for (int r = 0; r < 2; ++r)
         m[r] = sc.maxima[row0 + 8 * r], l[r] = t == 0 ? sc.maxima[kRows + row0 + 8 * r] : 0.f;
     }
-    finish(o, m, l, b, part, first + row0, t, group);
+    finish(o, m, l, b, share.part, first + row0, t, group);
     team.team_barrier();  // all done with the barriers: the block's next team sets them up anew
     if (rank == 0)
       for (int i = 0; i < kBarriers; ++i) sync::invalidate(sc.keys.full + i);
