@@ -188,9 +188,8 @@ FlashChoice flash_choice(const Shape& s, const Backend& be) {
 /// (a team's time is that chain's latency, and it grows with its rows).
 template <class Kernel>
 void spread_rows(const Kernel& k, const Backend& be, LatentTiles& t) {
-  auto teams = [&] {
-    return double(k.batch) * double((k.heads + t.heads - 1) / t.heads) * double((k.queries + t.tokens - 1) / t.tokens);
-  };
+  Kernel with = k;  // its league with tiles t
+  auto teams = [&] { return with.tiles = t, double(with.league_size()); };
   while (teams() < be.multiprocessors() && (t.heads > 1 || t.tokens > 1)) {
     if (t.heads > 1)
       t.heads = halve(t.heads, 1);
