@@ -2293,7 +2293,8 @@ TYPED_TEST(HalfCache, Fp8TokensOfSpreadScalesWithinTwiceFrameworkError) {
         const std::int64_t R = c.latent_dim, D = c.head_dim;
         for (std::int64_t i = 0; i < std::int64_t(l.latent.size()); ++i)
           l.latent[i] *= std::ldexp(1.0, int((i / R * 5 + i % R / 128 * 3) % 17) - 8);
-        for (std::int64_t i = 0; i < std::int64_t(l.q.size()); ++i) l.q[i] *= std::ldexp(1.0, int(i / D * 3 % 9) - 4);
+        for (std::int64_t i = 0; i < std::int64_t(l.q.size()); ++i)
+          l.q[i] *= std::ldexp(1.0, int(i / D * 3 % 9) - 4);
         l.round(&stored_as<T>);
         const DeviceCache<T> dc = fp8_device_cache<T>(l, CacheStorage::Fp8PerBlock, seed);
         const CacheArguments<T> a = arguments(l, dc);

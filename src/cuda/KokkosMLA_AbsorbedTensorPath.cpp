@@ -19,8 +19,8 @@ AbsorbedTensorPath<Scalar, ExecSpace>::AbsorbedTensorPath(const CacheProblem& p,
   parts_ = workspace<float, typename ExecSpace::memory_space>(
       "KokkosMLA::CachePlan::parts", splits_ > 1 ? splits_ * rows * (s.latent_dim + 1) : 0);
   const std::int64_t tokens = s.topk > 0 ? s.batch * s.queries : 0;
-  listed_rows_ = workspace<std::int64_t, typename ExecSpace::memory_space>("KokkosMLA::CachePlan::listed_rows",
-                                                                         tokens * s.topk);
+  listed_rows_ = workspace<std::int64_t, typename ExecSpace::memory_space>(
+      "KokkosMLA::CachePlan::listed_rows", tokens * s.topk);
   listed_counts_ =
       workspace<int, typename ExecSpace::memory_space>("KokkosMLA::CachePlan::listed_counts", tokens);
 }

@@ -16,8 +16,9 @@ namespace {
 /// The mma.sync decode kernel of a cache: DecodeFp8TensorKernel over FP8
 /// tokens, DecodeTensorKernel over 16-bit or float rows.
 template <class T, int Rope, CacheStorage Storage, bool Listed>
-using Sm80DecodeKernel = std::conditional_t<Storage == CacheStorage::Native, DecodeTensorKernel<T, Rope, Storage, Listed>,
-                                            DecodeFp8TensorKernel<T, Storage, Listed>>;
+using Sm80DecodeKernel =
+    std::conditional_t<Storage == CacheStorage::Native, DecodeTensorKernel<T, Rope, Storage, Listed>,
+                       DecodeFp8TensorKernel<T, Storage, Listed>>;
 
 /// Whether float on tensor cores gives way, by default, to attention by
 /// cuBLAS GEMMs (CacheGemm, from 128 query rows a sequence), which on the

@@ -52,18 +52,18 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   static_assert(is_half_precision<T>::value && Storage != CacheStorage::Native, "FP8 tokens, 16-bit queries");
   using Scalar = typename Base::Scalar;
   using Steps = DecodeTensorKernel<T, 64, CacheStorage::Native, Listed>;  // the team's steps
-  using Ops = Mma<T>;                                                        // RoPE products
+  using Ops = Mma<T>;                                                     // RoPE products
   static constexpr bool kPerBlock = Storage == CacheStorage::Fp8PerBlock;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRope = 64, kWarps = 4, kThreads = 32 * kWarps;
-  static constexpr int kBlock = kRank / kWarps;  // a warp's latent channels: one scale's block
-  static constexpr int kSlices = kBlock / 16;    // its k16 slices of the scores: 8
-  static constexpr int kOutTiles = kBlock / 8;   // its n8 tiles of oa: 16
+  static constexpr int kBlock = kRank / kWarps;        // a warp's latent channels: one scale's block
+  static constexpr int kSlices = kBlock / 16;          // its k16 slices of the scores: 8
+  static constexpr int kOutTiles = kBlock / 8;         // its n8 tiles of oa: 16
   static constexpr int kRopeColumns = kRope / kWarps;  // a warp's RoPE columns: one k16 slice
-  static constexpr int kStages = 4;              // staged tiles: three in flight
+  static constexpr int kStages = 4;                    // staged tiles: three in flight
   static constexpr int kPitch = kPerBlock ? 656 : 592;
   using Tokens = Fp8KeyTiles<T, Storage, kKeys, kThreads, kStages, kPitch>;
-  static constexpr int kScalesAt = kRank;                               // Fp8PerBlock: fp32 scales
+  static constexpr int kScalesAt = kRank;                                        // Fp8PerBlock: fp32 scales
   static constexpr int kRopeAt = kPerBlock ? kRank + 4 * (kRank / 128) : kRank;  // RoPE values
   static_assert(Steps::kOutTiles == kOutTiles && Steps::kWarps == kWarps, "DecodeTensorKernel's team");
   static constexpr bool needs_full_team = true;
@@ -190,8 +190,10 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
     const Scalar* const rope[2] = {this->rope_row(b, n0), this->rope_row(b, n0 + 8)};
     KOKKOSMLA_UNROLL
     for (int i = 0; i < 4; ++i)
-      q.rope[i] = row[i % 2] ? *reinterpret_cast<const unsigned*>(rope[i % 2] + kRopeColumns * warp + 2 * t + 8 * (i / 2))
-                             : 0u;
+      q.rope[i] =
+          row[i % 2]
+              ? *reinterpret_cast<const unsigned*>(rope[i % 2] + kRopeColumns * warp + 2 * t + 8 * (i / 2))
+              : 0u;
   }
 
   /// The scales of keys 2t, 2t + 1, 8 + 2t, 9 + 2t of the staged tile in block `warp`.
@@ -226,7 +228,8 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       KOKKOSMLA_UNROLL
       for (int kk = 0; kk < kSlices; ++kk) {
         const unsigned codes = load_shared_word(token + warp * kBlock + 16 * kk + 4 * t);
-        Fp16Mma::run(latent[kk % 2][n], q.latent[kk], f16x2_from_e4m3x2(codes), f16x2_from_e4m3x2(codes >> 16));
+        Fp16Mma::run(latent[kk % 2][n], q.latent[kk], f16x2_from_e4m3x2(codes),
+                     f16x2_from_e4m3x2(codes >> 16));
       }
       unsigned kb[2];
       rope_fragment(token, warp, t, kb);
@@ -266,8 +269,9 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   /// would: a scale folded into P instead rounds all of a key's products
   /// alike). For tile 4q + i, lane g's column is channel 32q + 4g + i: its
   /// keys' four codes from channel 32q + 4g, sorted by channel.
-  __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[2][4], const float (&scales)[4],
-                                    float inv_unit, unsigned tile, int warp, int g, int t) {
+  __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[2][4],
+                                    const float (&scales)[4], float inv_unit, unsigned tile, int warp, int g,
+                                    int t) {
     __half2 high[2], low[2];  // (keys 2t, 2t + 1), (8 + 2t, 9 + 2t)
     KOKKOSMLA_UNROLL
     for (int h = 0; h < 2; ++h) {
@@ -292,8 +296,10 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       KOKKOSMLA_UNROLL
       for (int k = 0; k < 4; ++k) codes[k] = load_shared_word(keys[k] + at);
       // Channel pairs of keys (2t, 2t + 1) and (2t + 8, 2t + 9): channels 0, 1 then 2, 3.
-      const unsigned first[2] = {__byte_perm(codes[0], codes[1], 0x5140), __byte_perm(codes[2], codes[3], 0x5140)};
-      const unsigned second[2] = {__byte_perm(codes[0], codes[1], 0x7362), __byte_perm(codes[2], codes[3], 0x7362)};
+      const unsigned first[2] = {__byte_perm(codes[0], codes[1], 0x5140),
+                                 __byte_perm(codes[2], codes[3], 0x5140)};
+      const unsigned second[2] = {__byte_perm(codes[0], codes[1], 0x7362),
+                                  __byte_perm(codes[2], codes[3], 0x7362)};
       Fp16Mma::run(o[4 * quarter + 0], pa, scaled(first[0], 0), scaled(first[1], 1));
       Fp16Mma::run(o[4 * quarter + 1], pa, scaled(first[0] >> 16, 0), scaled(first[1] >> 16, 1));
       Fp16Mma::run(o[4 * quarter + 2], pa, scaled(second[0], 0), scaled(second[1], 1));

@@ -139,7 +139,8 @@ struct DecodeOperands {
   /// The end of the keys of the share that query row n (token n / H) sees:
   /// with causal masks, keys up to length - Tq + n / H.
   KOKKOS_INLINE_FUNCTION std::int64_t visible_end(const TeamShare& s, std::int64_t n) const {
-    const std::int64_t row_end = causal && n < queries * heads ? s.length - queries + n / heads + 1 : s.length;
+    const std::int64_t row_end =
+        causal && n < queries * heads ? s.length - queries + n / heads + 1 : s.length;
     return row_end < s.end ? row_end : s.end;
   }
 
@@ -230,8 +231,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   static constexpr std::size_t kAlignment = 16;
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return 2 * std::size_t(kKeys) * kLd * sizeof(Element) +
-           std::size_t(kWarps) * kRows * kKeys * sizeof(float) +
-           kAlignment;
+           std::size_t(kWarps) * kRows * kKeys * sizeof(float) + kAlignment;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
@@ -279,7 +279,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     auto* tiles = reinterpret_cast<Element*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
                                              ~std::uintptr_t(kAlignment - 1));
-    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);         // (warp, row, key)
+    float* partial = reinterpret_cast<float*>(tiles + 2 * kKeys * kLd);  // (warp, row, key)
 
     if (begin < team_end) stage(b, begin, team_end, tiles, rank);
 

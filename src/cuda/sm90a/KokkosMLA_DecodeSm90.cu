@@ -40,7 +40,8 @@ template <class Scalar, class ExecSpace>
 std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   const CacheShape& s = this->problem_.shape;
   // The tile of the kernel the cache's storage takes (FP8 tokens: 32 keys).
-  const int key_tile = with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [](auto k) { return decltype(k)::kKeys; });
+  const int key_tile =
+      with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [](auto k) { return decltype(k)::kKeys; });
   using Kernel = DecodeSm90Kernel<Scalar, 64>;
   std::ostringstream o;
   o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << Kernel::kThreads
