@@ -121,21 +121,22 @@ struct Fp8KeyTiles {
   /// reads once) and their RoPE values 8 (rank % 8) .. + 7.
   template <class Put>
   __device__ void dequantise(const char* stage, int rank, Put put) const {
+    const unsigned stage_at = shared_address(stage);
     KOKKOSMLA_UNROLL
     for (int pass = 0; pass < kPasses; ++pass)
-      dequantise_token(stage, rank / 8 + kPassKeys * pass, rank % 8, put);
+      dequantise_token(stage_at, rank / 8 + kPassKeys * pass, rank % 8, put);
   }
 
-  /// Piece `piece` (of eight) of staged token `key`'s dequantisation.
+  /// Piece `piece` (of eight) of staged token `key`'s dequantisation, the
+  /// stage at shared-window address stage_at.
   template <class Put>
-  __device__ void dequantise_token(const char* stage, int key, int piece, Put& put) const {
-    const char* token = stage + key * Pitch;
+  __device__ void dequantise_token(unsigned stage_at, int key, int piece, Put& put) const {
+    const unsigned token = stage_at + key * Pitch;
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
       const int channel = 16 * (piece + 8 * j);  // in block j
-      const float scale =
-          kPerBlock ? *reinterpret_cast<const float*>(token + kRank + 4 * j) : keys.latent_scale;
-      const uint4 codes = *reinterpret_cast<const uint4*>(token + channel);
+      const float scale = kPerBlock ? __uint_as_float(load_shared_word(token + kRank + 4 * j)) : keys.latent_scale;
+      const uint4 codes = load_shared_16(token + channel);
       put(key, channel,
           uint4{pair(codes.x, scale), pair(codes.x >> 16, scale), pair(codes.y, scale),
                 pair(codes.y >> 16, scale)});
@@ -145,13 +146,13 @@ struct Fp8KeyTiles {
     }
     const int column = kRank + 8 * piece;
     if constexpr (kPerBlock) {
-      const uint4 bf16 = *reinterpret_cast<const uint4*>(token + kRank + 4 * (kRank / 128) + 16 * piece);
+      const uint4 bf16 = load_shared_16(token + kRank + 4 * (kRank / 128) + 16 * piece);
       if constexpr (std::is_same<T, Kokkos::Experimental::bhalf_t>::value)
         put(key, column, bf16);
       else
         put(key, column, uint4{from_bf16(bf16.x), from_bf16(bf16.y), from_bf16(bf16.z), from_bf16(bf16.w)});
     } else {
-      const uint2 codes = *reinterpret_cast<const uint2*>(token + kRank + 8 * piece);
+      const uint2 codes = load_shared_8(token + kRank + 8 * piece);
       put(key, column,
           uint4{pair(codes.x, keys.rope_scale), pair(codes.x >> 16, keys.rope_scale),
                 pair(codes.y, keys.rope_scale), pair(codes.y >> 16, keys.rope_scale)});

@@ -267,8 +267,9 @@ struct DecodeSm90Kernel
       wait_copies<0>();
       sync::named_wait(kValuesBarrier, kGroupThreads);
       fp8_tiles().fetch(*this, b, k0 + kKeys, key_end, Fp8Tiles::slot(sc.staging, i + 1), thread);
+      const unsigned tile_at = shared_address(sc.keys.buffer(i));
       fp8_tiles().dequantise(Fp8Tiles::slot(sc.staging, i), thread, [&](int key, int column, uint4 bits) {
-        *reinterpret_cast<uint4*>(sc.keys.buffer(i) + wgmma::swizzled_offset(kKeys, key, column)) = bits;
+        store_shared_16(tile_at + wgmma::swizzled_offset(kKeys, key, column), bits);
       });
       wgmma::fence_shared_writes();
       sc.keys.filled(i);
