@@ -607,6 +607,7 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
     k.cache.block_table = tokens.block_table;
     k.cache.table_ld = tokens.table_ld;
     k.cache.page_size = tokens.page_size;
+    k.cache.page_shift = tokens.page_shift;
     k.cache.lengths = tokens.lengths;
     k.cache.keys = tokens.keys;
   }

@@ -37,15 +37,25 @@ struct LatentKeys {
   const int* block_table = nullptr;  ///< (B, table_ld) page numbers, or null
   std::int64_t table_ld = 0;
   std::int64_t page_size = 1;
+  int page_shift = -1;  ///< log2(page_size) where that is a power of two (set_page_size), else -1
   const int* lengths = nullptr;  ///< keys of sequence b, or null: `keys` for every sequence
   std::int64_t keys = 0;
 
+  void set_page_size(std::int64_t size) {
+    page_size = size;
+    page_shift = -1;
+    for (int shift = 0; shift < 31; ++shift)
+      if (std::int64_t(1) << shift == size) page_shift = shift;
+  }
   KOKKOS_INLINE_FUNCTION std::int64_t length(std::int64_t b) const { return lengths ? lengths[b] : keys; }
   KOKKOS_INLINE_FUNCTION std::int64_t row(std::int64_t b, std::int64_t s) const {
     if (!block_table) return b * page_size + s;
-    // Positions and page sizes are below 2^30 (validated): 32-bit division is enough.
+    // Positions and page sizes are below 2^30 (validated): 32 bits are enough. Pages of a
+    // power of two (16, 64, 256 in engines) take a shift and a mask, not a division.
     const int position = int(s), size = int(page_size);
-    return std::int64_t(block_table[b * table_ld + position / size]) * page_size + position % size;
+    const int page = page_shift >= 0 ? position >> page_shift : position / size;
+    const int within = page_shift >= 0 ? position & (size - 1) : position % size;
+    return std::int64_t(block_table[b * table_ld + page]) * page_size + within;
   }
 };
 
@@ -69,7 +79,7 @@ LatentKeys<T> cache_rows(const Cache& cache, const Tokens& tokens) {
   k.latent_ld = std::int64_t(tokens.extent(2));
   k.block_table = cache.block_table.size() > 0 ? cache.block_table.data() : nullptr;
   k.table_ld = std::int64_t(cache.block_table.extent(1));
-  k.page_size = std::int64_t(tokens.extent(1));
+  k.set_page_size(std::int64_t(tokens.extent(1)));
   k.lengths = cache.seqlens.data();
   k.keys = (k.block_table ? k.table_ld : 1) * k.page_size;
   return k;
