@@ -133,11 +133,11 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       float s[2][4];
       partial_scores(s, q, tile, warp, g, t, scales);
       Steps::exchange_partial_scores(team, s, partial, warp, g, t);
-      const float tile_unit = unit_of(scales);
+      const float tile_unit = unit_of(scales), per_unit = reciprocal_of_unit(tile_unit);
       Steps::softmax_step(s, o, m, l, k0 + kKeys > mask_from, visible0 - k0, visible1 - k0, t, scale2,
-                          unit / tile_unit);
+                          unit * per_unit);
       unit = tile_unit;
-      accumulate(o, s, scales, 1.f / unit, tile, warp, g, t);
+      accumulate(o, s, scales, per_unit, tile, warp, g, t);
     }
     team.team_barrier();  // with one part, oa overwrites qa columns other warps may not have read yet
     KOKKOSMLA_UNROLL
@@ -213,6 +213,13 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
     return top > 0.f ? __uint_as_float((__float_as_uint(top) + 0x007fffffu) & 0xff800000u) : 1.f;
+  }
+
+  /// 1 / u for a unit u of unit_of, exactly: the power of two's exponent
+  /// negated in its bits (no division), where 1 / u is a normal float.
+  __device__ static float reciprocal_of_unit(float u) {
+    const unsigned bits = __float_as_uint(u);
+    return bits < 0x7f000000u ? __uint_as_float(0x7f000000u - bits) : 1.f / u;
   }
 
   /// This warp's partial S (rows g, g + 8; keys 2t, 2t + 1 of n8 tile n in

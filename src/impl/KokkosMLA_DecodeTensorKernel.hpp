@@ -476,6 +476,9 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
       m[r] = mx[r];
       l[r] *= correction;
       const float o_correction = correction * o_ratio;
+      // Most steps, once the maxima settle, keep every row of the warp as
+      // it is: 2 kOutTiles multiplications a row saved.
+      if (__all_sync(0xffffffffu, o_correction == 1.f)) continue;
       KOKKOSMLA_UNROLL
       for (int n = 0; n < kOutTiles; ++n) o[n][2 * r] *= o_correction, o[n][2 * r + 1] *= o_correction;
     }
