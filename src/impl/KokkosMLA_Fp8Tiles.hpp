@@ -135,7 +135,8 @@ struct Fp8KeyTiles {
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
       const int channel = 16 * (piece + 8 * j);  // in block j
-      const float scale = kPerBlock ? __uint_as_float(load_shared_word(token + kRank + 4 * j)) : keys.latent_scale;
+      const float scale =
+          kPerBlock ? __uint_as_float(load_shared_word(token + kRank + 4 * j)) : keys.latent_scale;
       const uint4 codes = load_shared_16(token + channel);
       put(key, channel,
           uint4{pair(codes.x, scale), pair(codes.x >> 16, scale), pair(codes.y, scale),

@@ -37,7 +37,7 @@ struct LatentKeys {
   const int* block_table = nullptr;  ///< (B, table_ld) page numbers, or null
   std::int64_t table_ld = 0;
   std::int64_t page_size = 1;
-  int page_shift = -1;  ///< log2(page_size) where that is a power of two (set_page_size), else -1
+  int page_shift = -1;           ///< log2(page_size) where that is a power of two (set_page_size), else -1
   const int* lengths = nullptr;  ///< keys of sequence b, or null: `keys` for every sequence
   std::int64_t keys = 0;
 
