@@ -606,13 +606,7 @@ Kernel bound_decode_kernel(const CacheShape& s, int splits, float scale, bool ca
     k.cache = latent_keys<T>(a.cache, s.latent_dim, s.rope_dim);
   } else {
     k.fp8 = fp8_keys(a.cache);
-    const LatentKeys<std::uint8_t>& tokens = k.fp8.tokens;  // their addressing: rows and lengths
-    k.cache.block_table = tokens.block_table;
-    k.cache.table_ld = tokens.table_ld;
-    k.cache.page_size = tokens.page_size;
-    k.cache.page_shift = tokens.page_shift;
-    k.cache.lengths = tokens.lengths;
-    k.cache.keys = tokens.keys;
+    k.cache = same_rows<T>(k.fp8.tokens);  // the tokens' addressing: rows and lengths
   }
   k.oa = qa;  // each team reads its rows' qa before it writes their oa
   k.parts = parts;

@@ -85,6 +85,21 @@ LatentKeys<T> cache_rows(const Cache& cache, const Tokens& tokens) {
   return k;
 }
 
+/// The addressing of `from`'s rows (block table, pages, lengths) for
+/// elements of another type, without their data: kept here, beside the
+/// fields, so that a field added to LatentKeys is copied too.
+template <class T, class U>
+LatentKeys<T> same_rows(const LatentKeys<U>& from) {
+  LatentKeys<T> k;
+  k.block_table = from.block_table;
+  k.table_ld = from.table_ld;
+  k.page_size = from.page_size;
+  k.page_shift = from.page_shift;
+  k.lengths = from.lengths;
+  k.keys = from.keys;
+  return k;
+}
+
 /// How a LatentCache's rows are addressed; rope_dim > 0 without k_rope means packed.
 template <class Scalar, class Cache>
 LatentKeys<Scalar> latent_keys(const Cache& cache, std::int64_t rank, std::int64_t rope_dim) {
