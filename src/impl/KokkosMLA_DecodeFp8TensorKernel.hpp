@@ -234,9 +234,9 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       const unsigned token = tile + (8 * n + g) * kPitch;
       KOKKOSMLA_UNROLL
       for (int kk = 0; kk < kSlices; ++kk) {
-        const unsigned codes = load_shared_word(token + warp * kBlock + 16 * kk + 4 * t);
-        Fp16Mma::run(latent[kk % 2][n], q.latent[kk], f16x2_from_e4m3x2(codes),
-                     f16x2_from_e4m3x2(codes >> 16));
+        unsigned low, high;  // channels 4t, 4t + 1 and 4t + 2, 4t + 3 of slice kk
+        f16x2_pairs_from_e4m3x4(load_shared_word(token + warp * kBlock + 16 * kk + 4 * t), low, high);
+        Fp16Mma::run(latent[kk % 2][n], q.latent[kk], low, high);
       }
       unsigned kb[2];
       rope_fragment(token, warp, t, kb);
@@ -286,8 +286,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       high[h] = __floats2half2_rn(w0, w1);
       low[h] = __floats2half2_rn(w0 - __low2float(high[h]), w1 - __high2float(high[h]));
     }
-    auto scaled = [&](unsigned codes, int h) {
-      const unsigned bits = f16x2_from_e4m3x2(codes);
+    auto scaled = [&](unsigned bits, int h) {  // an fp16 pair of keys' codes
       const __half2 v = *reinterpret_cast<const __half2*>(&bits);
       const __half2 x = __hfma2(v, high[h], __hmul2(v, low[h]));
       return *reinterpret_cast<const unsigned*>(&x);
@@ -307,10 +306,14 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
                                  __byte_perm(codes[2], codes[3], 0x5140)};
       const unsigned second[2] = {__byte_perm(codes[0], codes[1], 0x7362),
                                   __byte_perm(codes[2], codes[3], 0x7362)};
-      Fp16Mma::run(o[4 * quarter + 0], pa, scaled(first[0], 0), scaled(first[1], 1));
-      Fp16Mma::run(o[4 * quarter + 1], pa, scaled(first[0] >> 16, 0), scaled(first[1] >> 16, 1));
-      Fp16Mma::run(o[4 * quarter + 2], pa, scaled(second[0], 0), scaled(second[1], 1));
-      Fp16Mma::run(o[4 * quarter + 3], pa, scaled(second[0] >> 16, 0), scaled(second[1] >> 16, 1));
+      unsigned v[4][2];  // channel i's fp16 pairs: keys (2t, 2t + 1), (2t + 8, 2t + 9)
+      KOKKOSMLA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        f16x2_pairs_from_e4m3x4(first[h], v[0][h], v[1][h]);
+        f16x2_pairs_from_e4m3x4(second[h], v[2][h], v[3][h]);
+      }
+      KOKKOSMLA_UNROLL
+      for (int i = 0; i < 4; ++i) Fp16Mma::run(o[4 * quarter + i], pa, scaled(v[i][0], 0), scaled(v[i][1], 1));
     }
   }
 

@@ -41,6 +41,19 @@ __device__ inline unsigned f16x2_from_e4m3x2(unsigned codes) {
   return Fp16Mma::pack(float_from_e4m3(std::uint8_t(codes)), float_from_e4m3(std::uint8_t(codes >> 8)));
 #endif
 }
+
+/// The four e4m3 codes of `codes` as two fp16 pairs (low: bytes 0, 1; high:
+/// bytes 2, 3). The conversions read the halves of the word in place, where
+/// f16x2_from_e4m3x2(codes >> 16) takes a shift first.
+__device__ inline void f16x2_pairs_from_e4m3x4(unsigned codes, unsigned& low, unsigned& high) {
+#if __CUDA_ARCH__ >= 890
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+      : "=r"(low), "=r"(high)
+      : "r"(codes));
+#else
+  low = f16x2_from_e4m3x2(codes), high = f16x2_from_e4m3x2(codes >> 16);
+#endif
+}
 #endif
 
 /// Bytes of an FP8 token of DeepSeek's widths: 512 e4m3, then 4 fp32 scales
@@ -138,12 +151,8 @@ struct Fp8KeyTiles {
       const float scale =
           kPerBlock ? __uint_as_float(load_shared_word(token + kRank + 4 * j)) : keys.latent_scale;
       const uint4 codes = load_shared_16(token + channel);
-      put(key, channel,
-          uint4{pair(codes.x, scale), pair(codes.x >> 16, scale), pair(codes.y, scale),
-                pair(codes.y >> 16, scale)});
-      put(key, channel + 8,
-          uint4{pair(codes.z, scale), pair(codes.z >> 16, scale), pair(codes.w, scale),
-                pair(codes.w >> 16, scale)});
+      put(key, channel, pairs(codes.x, codes.y, scale));
+      put(key, channel + 8, pairs(codes.z, codes.w, scale));
     }
     const int column = kRank + 8 * piece;
     if constexpr (kPerBlock) {
@@ -154,15 +163,21 @@ struct Fp8KeyTiles {
         put(key, column, uint4{from_bf16(bf16.x), from_bf16(bf16.y), from_bf16(bf16.z), from_bf16(bf16.w)});
     } else {
       const uint2 codes = load_shared_8(token + kRank + 8 * piece);
-      put(key, column,
-          uint4{pair(codes.x, keys.rope_scale), pair(codes.x >> 16, keys.rope_scale),
-                pair(codes.y, keys.rope_scale), pair(codes.y >> 16, keys.rope_scale)});
+      put(key, column, pairs(codes.x, codes.y, keys.rope_scale));
     }
   }
 
-  /// The low two e4m3 codes of `codes` times scale, as a T pair.
-  __device__ static unsigned pair(unsigned codes, float scale) {
-    const unsigned halves = f16x2_from_e4m3x2(codes);
+  /// The eight e4m3 codes of two words times scale, as four T pairs.
+  __device__ static uint4 pairs(unsigned first, unsigned second, float scale) {
+    uint4 halves;
+    f16x2_pairs_from_e4m3x4(first, halves.x, halves.y);
+    f16x2_pairs_from_e4m3x4(second, halves.z, halves.w);
+    return uint4{scaled(halves.x, scale), scaled(halves.y, scale), scaled(halves.z, scale),
+                 scaled(halves.w, scale)};
+  }
+
+  /// An fp16 pair times scale, as a T pair.
+  __device__ static unsigned scaled(unsigned halves, float scale) {
     const float2 x = __half22float2(*reinterpret_cast<const __half2*>(&halves));
     return Mma<T>::pack(x.x * scale, x.y * scale);
   }
