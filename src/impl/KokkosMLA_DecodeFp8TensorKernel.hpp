@@ -313,7 +313,8 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
         f16x2_pairs_from_e4m3x4(second[h], v[2][h], v[3][h]);
       }
       KOKKOSMLA_UNROLL
-      for (int i = 0; i < 4; ++i) Fp16Mma::run(o[4 * quarter + i], pa, scaled(v[i][0], 0), scaled(v[i][1], 1));
+      for (int i = 0; i < 4; ++i)
+        Fp16Mma::run(o[4 * quarter + i], pa, scaled(v[i][0], 0), scaled(v[i][1], 1));
     }
   }
 

@@ -47,7 +47,8 @@ __device__ inline unsigned f16x2_from_e4m3x2(unsigned codes) {
 /// f16x2_from_e4m3x2(codes >> 16) takes a shift first.
 __device__ inline void f16x2_pairs_from_e4m3x4(unsigned codes, unsigned& low, unsigned& high) {
 #if __CUDA_ARCH__ >= 890
-  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\ncvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
+  asm("{\n.reg .b16 lo, hi;\nmov.b32 {lo, hi}, %2;\n"
+      "cvt.rn.f16x2.e4m3x2 %0, lo;\ncvt.rn.f16x2.e4m3x2 %1, hi;\n}\n"
       : "=r"(low), "=r"(high)
       : "r"(codes));
 #else
