@@ -451,16 +451,17 @@ struct DecodeSm90Kernel
 
   /// Writes this thread's P fragments (rows row0 and row0 + 8, keys 16j + 2t
   /// and 16j + 8 + 2t) into tile i's published P, K-major, and (lane t = 0)
-  /// its rows' running maxima; visible to the values group's products.
+  /// its rows' running maxima; visible to the values group's products. The
+  /// warp's fragments of 16 keys are four 8 x 8 matrices (rows + 8 in odd
+  /// ones, keys + 8 in the last two), stored by one stmatrix.
   __device__ static void publish(const Scratch& sc, int i, const unsigned (&pa)[kKeys / 16][4],
                                  const float (&m)[2], int row0, int t) {
-    char* published = sc.probabilities_of(i);
+    const int lane = 4 * (row0 % 16) + t, matrix = lane / 8;  // this lane gives row lane % 8 of `matrix`
+    const int row = row0 - row0 % 16 + 8 * (matrix % 2) + lane % 8;
+    const unsigned published = shared_address(sc.probabilities_of(i));
     KOKKOSMLA_UNROLL
-    for (int j = 0; j < kKeys / 16; ++j) KOKKOSMLA_UNROLL
-    for (int q = 0; q < 4; ++q) {
-      const int row = row0 + 8 * (q % 2), key = 16 * j + 8 * (q / 2) + 2 * t;
-      *reinterpret_cast<unsigned*>(published + wgmma::swizzled_offset(kRows, row, key)) = pa[j][q];
-    }
+    for (int j = 0; j < kKeys / 16; ++j)
+      wgmma::store_matrices(published + wgmma::swizzled_offset(kRows, row, 16 * j + 8 * (matrix / 2)), pa[j]);
     if (t == 0) sc.maxima[i % 2 * kRows + row0] = m[0], sc.maxima[i % 2 * kRows + row0 + 8] = m[1];
     wgmma::fence_shared_writes();
   }

@@ -119,6 +119,20 @@ __device__ inline void fence_shared_writes() {
 #endif
 }
 
+/// Stores four 8x8 16-bit matrices held as mma.sync fragments (register i:
+/// matrix i's row lane / 4, columns 2 (lane % 4) and the next) with one
+/// stmatrix: lane l gives the shared-window address of row l % 8 of matrix
+/// l / 8 (16 contiguous bytes), where fragment-wise stores take sixteen.
+__device__ inline void store_matrices(unsigned address, const unsigned (&r)[4]) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  (void)address, (void)r;
+#endif
+}
+
 /// Keeps the compiler from moving accesses to accumulators across a product's issue and wait.
 template <int N>
 __device__ inline void pin(float (&d)[N]) {
@@ -303,6 +317,8 @@ __device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps]
                                     int first_block) {
 #pragma unroll
   for (int c = 0; c < Chunks; ++c) pin(o[c]);
+  // One descriptor; each product's is an offset of it (one addition, not four instructions).
+  const Operand values(tile_at + first_block * keys * 128, keys * 128, kAtomBytes);
   fence();
 #pragma unroll
   for (int j = 0; j < Steps; ++j) {
@@ -310,16 +326,12 @@ __device__ inline void issue_values(float (&o)[Chunks][32], const A (&pa)[Steps]
       static_assert(Chunks % 2 == 0 && std::is_same<A, unsigned[4]>::value, "chunk pairs, P in registers");
 #pragma unroll
       for (int c = 0; c < Chunks; c += 2)
-        product_n128_transposed<Bf16>(
-            o[c], o[c + 1], pa[j],
-            descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+        product_n128_transposed<Bf16>(o[c], o[c + 1], pa[j], values.at(c * keys * 128 + j * 16 * 128));
     } else {
       static_assert(Columns == 64, "products of 64 or 128 columns");
 #pragma unroll
       for (int c = 0; c < Chunks; ++c)
-        product_n64_transposed<Bf16>(
-            o[c], pa[j],
-            descriptor(tile_at + (first_block + c) * keys * 128 + j * 16 * 128, keys * 128, kAtomBytes));
+        product_n64_transposed<Bf16>(o[c], pa[j], values.at(c * keys * 128 + j * 16 * 128));
     }
   }
   commit();
