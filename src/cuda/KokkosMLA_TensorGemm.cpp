@@ -102,19 +102,19 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
 template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
-                       HeadMatrices<T> c, FloatGemm float_gemm) {
+                       HeadMatrices<T> c, FloatGemm float_gemm, double alpha) {
   require_int_head_gemm_extents({heads, rows, cols, inner, a.ld, b.ld, c.ld});
   const HandleOnStream h(exec);
   using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
-  const Factor one = 1, zero = 0;
+  const Factor factor = Factor(alpha), zero = 0;
   const cudaDataType_t type = data_type<T>();
   // Row-major c = a op(b) is column-major c^T = op(b)^T a^T: b's rows are
   // column-major columns, so a transposed row-major b is an untransposed
   // column-major one and vice versa.
   const cublasStatus_t status = cublasGemmStridedBatchedEx(
-      h.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(rows), int(inner), &one,
-      b.data, type, int(b.ld), b.step, a.data, type, int(a.ld), a.step, &zero, c.data, type, int(c.ld),
-      c.step, int(heads), compute_type<T>(float_gemm), CUBLAS_GEMM_DEFAULT);
+      h.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(rows), int(inner),
+      &factor, b.data, type, int(b.ld), b.step, a.data, type, int(a.ld), a.step, &zero, c.data, type,
+      int(c.ld), c.step, int(heads), compute_type<T>(float_gemm), CUBLAS_GEMM_DEFAULT);
   if (status != CUBLAS_STATUS_SUCCESS)
     throw std::runtime_error("KokkosMLA: cublasGemmStridedBatchedEx failed with status " +
                              std::to_string(int(status)));
@@ -126,7 +126,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \
-                                  HeadMatrices<T>, FloatGemm);
+                                  HeadMatrices<T>, FloatGemm, double);
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(double)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(float)

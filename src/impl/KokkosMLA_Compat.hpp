@@ -90,13 +90,14 @@ std::array<ExecSpace, 2> two_instances(const ExecSpace& exec) {
 /// the instance; older releases run on the default instance, so order them
 /// around it explicitly.
 template <class ExecSpace, class AV, class BV, class CV>
-void gemm(const ExecSpace& exec, const AV& A, const BV& B, const CV& C, const char* b_mode = "N") {
+void gemm(const ExecSpace& exec, const AV& A, const BV& B, const CV& C, const char* b_mode = "N",
+          double alpha = 1) {
   using Scalar = typename CV::non_const_value_type;
 #if defined(KOKKOSKERNELS_VERSION) && KOKKOSKERNELS_VERSION >= 40100
-  KokkosBlas::gemm(exec, "N", b_mode, Scalar(1), A, B, Scalar(0), C);
+  KokkosBlas::gemm(exec, "N", b_mode, Scalar(alpha), A, B, Scalar(0), C);
 #else
   exec.fence();
-  KokkosBlas::gemm("N", b_mode, Scalar(1), A, B, Scalar(0), C);
+  KokkosBlas::gemm("N", b_mode, Scalar(alpha), A, B, Scalar(0), C);
   typename ExecSpace::execution_space().fence();
 #endif
 }

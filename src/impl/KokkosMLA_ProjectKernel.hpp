@@ -39,6 +39,10 @@ struct ProjectKernel {
   T alpha = 1;
   int scratch_level = 0;
 
+  /// Elements a GPU thread loads before it stores any in the tile copies
+  /// (team_copy_in_batches); host teams copy element by element.
+  static constexpr int kCopyBatch = is_host_space<ExecSpace>() ? 1 : 8;
+
   KOKKOS_INLINE_FUNCTION std::int64_t in_width() const { return Absorb ? dim : rank; }
   KOKKOS_INLINE_FUNCTION std::int64_t out_width() const { return Absorb ? rank : dim; }
 
@@ -78,19 +82,22 @@ struct ProjectKernel {
     const Mat<T> c{scratch.data() + l.c, tiles.columns};
     for (std::int64_t k0 = 0; k0 < in_width(); k0 += tiles.chunk) {
       const int kc = int(min_of<std::int64_t>(tiles.chunk, in_width() - k0));
-      team_copy(team, m, kc, Mat<const T>{from.at(r0, h) + k0, from.row}, a);
+      team_copy_in_batches<kCopyBatch>(team, m, kc, Mat<const T>{from.at(r0, h) + k0, from.row}, a);
       // Rows of w[:, h, :] are contiguous along D: copy them as they lie (coalesced).
       if (Absorb) {  // B(k, j) = w[c0 + j, h, k0 + k]
-        team_copy(team, n, kc, Mat<const T>{w.at(c0, h) + k0, w.row}, Mat<T>{b, tiles.chunk + 1});
+        team_copy_in_batches<kCopyBatch>(team, n, kc, Mat<const T>{w.at(c0, h) + k0, w.row},
+                                         Mat<T>{b, tiles.chunk + 1});
         team_gemm(team, m, n, kc, alpha, Mat<const T>{a.ptr, a.ld}, TransposedB<T>{b, tiles.chunk + 1}, c,
                   static_cast<const T*>(nullptr), k0 > 0);
       } else {  // B(k, j) = w[k0 + k, h, c0 + j]
-        team_copy(team, kc, n, Mat<const T>{w.at(k0, h) + c0, w.row}, Mat<T>{b, tiles.columns + 1});
+        team_copy_in_batches<kCopyBatch>(team, kc, n, Mat<const T>{w.at(k0, h) + c0, w.row},
+                                         Mat<T>{b, tiles.columns + 1});
         team_gemm(team, m, n, kc, alpha, Mat<const T>{a.ptr, a.ld}, PlainB<T>{b, tiles.columns + 1}, c,
                   static_cast<const T*>(nullptr), k0 > 0);
       }
     }
-    team_copy(team, m, n, Mat<const T>{c.ptr, c.ld}, Mat<T>{to.at(r0, h) + c0, to.row});
+    team_copy_in_batches<kCopyBatch>(team, m, n, Mat<const T>{c.ptr, c.ld},
+                                     Mat<T>{to.at(r0, h) + c0, to.row});
   }
 };
 

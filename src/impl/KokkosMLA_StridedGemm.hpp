@@ -82,17 +82,19 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
   }
 }
 
-/// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
-/// transpose_b, a_h b_h^T (b_h cols x inner), on exec (float or double; exact
-/// products, or TF32 products for float on cuBLAS as float_gemm says): a_h is rows x inner and c_h rows x cols, each head's matrix
-/// row-major with its own row stride (HeadMatrices), as one head's slice of a
-/// (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host BLAS call
-/// per head where Kokkos Kernels has its BLAS TPL; else Kokkos Kernels' GEMM
-/// per head on LayoutStride views.
+/// For every head h < heads, c_h = alpha a_h b_h (b_h inner x cols) or,
+/// with transpose_b, alpha a_h b_h^T (b_h cols x inner), on exec (float or
+/// double; exact products, or TF32 products for float on cuBLAS as
+/// float_gemm says): a_h is rows x inner and c_h rows x cols, each head's
+/// matrix row-major with its own row stride (HeadMatrices), as one head's
+/// slice of a (..., H, D) tensor is. One batched cuBLAS call on CUDA; a host
+/// BLAS call per head where Kokkos Kernels has its BLAS TPL; else Kokkos
+/// Kernels' GEMM per head on LayoutStride views.
 template <class ExecSpace, class Scalar>
 void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
-                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b, bool transpose_b,
-                HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32) {
+                std::int64_t inner, HeadMatrices<const Scalar> a, HeadMatrices<const Scalar> b,
+                bool transpose_b, HeadMatrices<Scalar> c, FloatGemm float_gemm = FloatGemm::Fp32,
+                double alpha = 1) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
@@ -102,7 +104,7 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
   }
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
-    tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, float_gemm);
+    tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, float_gemm, alpha);
 #endif
   } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
@@ -110,9 +112,9 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
     exec.fence();  // BLAS runs on this thread, after what exec was given before
     // Row-major c = a op(b) is column-major c^T = op(b)^T a^T.
     for (std::int64_t h = 0; h < heads; ++h)
-      KokkosBlas::Impl::HostBlas<Scalar>::gemm(transpose_b ? 'T' : 'N', 'N', int(cols), int(rows), int(inner),
-                                               Scalar(1), b.data + h * b.step, int(b.ld), a.data + h * a.step,
-                                               int(a.ld), Scalar(0), c.data + h * c.step, int(c.ld));
+      KokkosBlas::Impl::HostBlas<Scalar>::gemm(
+          transpose_b ? 'T' : 'N', 'N', int(cols), int(rows), int(inner), Scalar(alpha), b.data + h * b.step,
+          int(b.ld), a.data + h * a.step, int(a.ld), Scalar(0), c.data + h * c.step, int(c.ld));
 #endif
   } else {
     using Strided = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
@@ -121,7 +123,8 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
       const Strided bh = transpose_b ? Strided(b.data + h * b.step, Kokkos::LayoutStride(cols, b.ld, inner, 1))
                                      : Strided(b.data + h * b.step, Kokkos::LayoutStride(inner, b.ld, cols, 1));
       gemm(exec, Strided(a.data + h * a.step, Kokkos::LayoutStride(rows, a.ld, inner, 1)), bh,
-           Out(c.data + h * c.step, Kokkos::LayoutStride(rows, c.ld, cols, 1)), transpose_b ? "T" : "N");
+           Out(c.data + h * c.step, Kokkos::LayoutStride(rows, c.ld, cols, 1)), transpose_b ? "T" : "N",
+           alpha);
     }
   }
 }

@@ -148,6 +148,31 @@ KOKKOS_INLINE_FUNCTION void team_gather(const Member& team, int rows, int cols, 
   team.team_barrier();
 }
 
+/// The same copy with each thread taking Batch elements `groups` apart
+/// (neighbouring threads, neighbouring elements) and loading them all before
+/// it stores any: where the compiler cannot tell the destination from the
+/// source, it keeps each load behind the previous store, and element by
+/// element a thread then waits for memory once an element.
+template <int Batch, class Member, class T>
+KOKKOS_INLINE_FUNCTION void team_copy_in_batches(const Member& team, int rows, int cols, Mat<const T> from,
+                                                 Mat<T> to) {
+  const int n = rows * cols, groups = (n + Batch - 1) / Batch;
+  Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const int g) {
+    T v[Batch] = {};
+    KOKKOSMLA_UNROLL
+    for (int u = 0; u < Batch; ++u) {
+      const int e = g + u * groups;
+      if (e < n) v[u] = from(e / cols, e % cols);
+    }
+    KOKKOSMLA_UNROLL
+    for (int u = 0; u < Batch; ++u) {
+      const int e = g + u * groups;
+      if (e < n) to(e / cols, e % cols) = v[u];
+    }
+  });
+  team.team_barrier();
+}
+
 /// Copies a rows x cols block; ends with a team barrier.
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION void team_copy(const Member& team, int rows, int cols, Mat<const T> from, Mat<T> to) {

@@ -106,14 +106,14 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
                  const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
                  FloatGemm float_gemm = FloatGemm::Tf32);
 
-/// For every head h < heads, c_h = a_h b_h (b_h inner x cols) or, with
-/// transpose_b, a_h b_h^T (b_h cols x inner); a_h is rows x inner and c_h
+/// For every head h < heads, c_h = alpha a_h b_h (b_h inner x cols) or, with
+/// transpose_b, alpha a_h b_h^T (b_h cols x inner); a_h is rows x inner and c_h
 /// rows x cols. One batched cuBLAS call on exec's stream, fp32 accumulation
 /// (float T: as float_gemm says; double: fp64).
 template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
-                       HeadMatrices<T> c, FloatGemm float_gemm = FloatGemm::Fp32);
+                       HeadMatrices<T> c, FloatGemm float_gemm = FloatGemm::Fp32, double alpha = 1);
 
 }  // namespace Impl
 }  // namespace KokkosMLA
