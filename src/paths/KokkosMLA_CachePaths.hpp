@@ -138,8 +138,9 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
     return k;
   }
 
-  /// Tiles of the per-head projections (team GEMMs): the smaller of the
-  /// absorption's and the up-projection's, one set for both.
+  /// How the per-head projections run: by the BLAS where it is cuBLAS and
+  /// the rows allow (project_by_blas), else by team GEMMs, whose tiles are
+  /// the smaller of the absorption's and the up-projection's, one set for both.
   void plan_projections() {
     blas_projections_ = calls_cublas<ExecSpace>() && rows_alike_in_every_layout(problem_.shape);
     auto tiles = [&](auto absorbs) {
@@ -206,7 +207,7 @@ class PortableCache : public PlannedCache<Scalar, ExecSpace> {
   /// The projections as one batched GEMM over heads of the BLAS (cuBLAS,
   /// exact products), as CacheGemm projects: absorbing qa_h = alpha q_h
   /// w_uk_h^T, up-projecting out_h = oa_h w_uv_h. On the H200 (B = 128,
-  /// H = 16, fp32) the layer took 0.12-0.23 ms less than with ProjectKernel's
+  /// H = 16, fp32) the layer took 0.22-0.28 ms less than with ProjectKernel's
   /// team GEMMs (docs/performance.md).
   template <bool Absorb>
   void project_by_blas(const ExecSpace& exec, HeadRows<const Scalar> from, HeadRows<Scalar> to,
