@@ -280,11 +280,23 @@ KOKKOS_INLINE_FUNCTION float fast_exp2(float x) {
 /// x rounded to TF32 (10 explicit mantissa bits, to nearest, ties away), by
 /// integer arithmetic on its bits: half a unit of the last kept bit added to
 /// the magnitude (a carry moves into the exponent as rounding up should), the
-/// 13 bits below cleared. For finite x this is cvt.rna.tf32.f32's value,
-/// in two integer instructions, which 3xTF32 spends twice per operand element.
+/// 13 bits below cleared. For finite x this is cvt.rna.tf32.f32's value, in
+/// two integer instructions; for values that are stored.
 KOKKOS_INLINE_FUNCTION unsigned to_tf32(float x) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   return (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
+#else
+  (void)x;
+  return 0;
+#endif
+}
+
+/// x as a TF32 operand of a product, rounded as to_tf32 rounds it, in one
+/// instruction: the tensor cores ignore the 13 low mantissa bits of a TF32
+/// operand, so only the half unit is added and the clearing is theirs.
+KOKKOS_INLINE_FUNCTION unsigned tf32_operand(float x) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  return __float_as_uint(x) + 0x1000u;
 #else
   (void)x;
   return 0;
@@ -380,8 +392,12 @@ KOKKOS_INLINE_FUNCTION unsigned as_tf32(float x) {
 
 /// The float operands of one m16n8k8 product, N per lane (4 of A, 2 of B):
 /// with Split (3xTF32) each x is big + small, big = x rounded to TF32 and
-/// small = the rest rounded to TF32, so x is kept to about 2^-22; without,
-/// big alone (TF32).
+/// small = the rest truncated to TF32, so x is kept to 2^-21 of itself
+/// (small's sign is that of big's rounding error, so its truncation errs
+/// either way); without, big alone (TF32). Both parts are passed as bits of
+/// which the tensor cores ignore the 13 low ones, so the split takes three
+/// instructions an element (big's half unit, its clearing for the
+/// subtraction, the subtraction), where rounding both parts took five.
 template <bool Split, int N>
 struct Tf32Parts {
   unsigned big[N], small[N];
@@ -392,8 +408,8 @@ struct Tf32Parts {
     KOKKOSMLA_UNROLL
     for (int i = 0; i < N; ++i) {
       if constexpr (Split) {
-        p.big[i] = to_tf32(x[i]);
-        p.small[i] = to_tf32(x[i] - bits_as_float(p.big[i]));
+        p.big[i] = tf32_operand(x[i]);
+        p.small[i] = as_tf32(x[i] - bits_as_float(p.big[i] & 0xffffe000u));
       } else {
         p.big[i] = as_tf32(x[i]);
       }
@@ -408,7 +424,7 @@ struct Tf32Parts {
     } else {
       Tf32Parts p;
       KOKKOSMLA_UNROLL
-      for (int i = 0; i < N; ++i) p.big[i] = to_tf32(x[i]);
+      for (int i = 0; i < N; ++i) p.big[i] = tf32_operand(x[i]);
       return p;
     }
   }
