@@ -36,6 +36,7 @@ enum class Path {
   FlashSm90,             ///< prefill: K and V by cuBLAS, the wgmma flash kernel (16-bit, TF32; Hopper)
   DecompressedGemm,      ///< prefill: K and V by GEMM, attention by GEMMs around a softmax kernel (float, double)
   CacheGemm,             ///< cache attention: projections and attention by GEMMs around a softmax kernel (float, double)
+  FusedRow,              ///< prefill (Fused): a team per query row over a sequence of at most 64 keys, one launch
 };
 
 std::string to_string(Path p);

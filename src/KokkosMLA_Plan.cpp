@@ -34,6 +34,7 @@ CostInputs cost_inputs(const Shape& s, const Options& opt, const Backend& be) {
 Algorithm algorithm_of(Path path) {
   switch (path) {
     case Path::Fused:
+    case Path::FusedRow:
       return Algorithm::Fused;
     case Path::Absorbed:
       return Algorithm::Absorbed;

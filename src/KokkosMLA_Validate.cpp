@@ -63,6 +63,8 @@ std::string to_string(Path p) {
       return "CacheHost";
     case Path::CacheGemm:
       return "CacheGemm";
+    case Path::FusedRow:
+      return "FusedRow";
   }
   return "?";
 }

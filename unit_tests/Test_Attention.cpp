@@ -193,6 +193,22 @@ TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
   }
 }
 
+/// Runs plan (of s, made with opt) on random inputs from seed with lse
+/// asked for (NaN before), and checks out and lse against the reference.
+template <class T>
+void check_out_and_lse(const Plan<T, Space>& plan, const Shape& s, const Options& opt, std::uint64_t seed) {
+  Problem<T> p(s, seed);
+  View3<T> lse("lse", s.batch, s.queries, s.heads);
+  Kokkos::deep_copy(lse, T(std::nan("")));
+  plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse);
+  std::vector<double> want_lse;
+  const auto want = reference(p, opt, &want_lse);
+  EXPECT_TRUE(close(Problem<T>::host_copy(p.out), want, tolerance<T>(), s)) << plan.describe();
+  Shape lse_shape = s;
+  lse_shape.head_dim = 1;
+  EXPECT_TRUE(close(Problem<T>::host_copy(lse), want_lse, tolerance<T>(), lse_shape)) << plan.describe();
+}
+
 // Attention by GEMMs in several query blocks per batch element (on GPUs
 // 16384 / H rows: 256 at 64 heads, 81 at 200; on hosts 128), the last one
 // partial, keys past the queries, causal or not, a negative scale: out and
@@ -211,17 +227,43 @@ TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
       ASSERT_NE(at, std::string::npos) << described;
       const std::int64_t block = std::stoll(described.substr(at + 12));
       EXPECT_TRUE(block < s.queries && s.queries % block != 0) << described;
-      Problem<T> p(s, 29);
-      View3<T> lse("lse", s.batch, s.queries, s.heads);
-      Kokkos::deep_copy(lse, T(std::nan("")));
-      plan.execute(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, lse);
-      std::vector<double> want_lse;
-      const auto want = reference(p, opt, &want_lse);
-      EXPECT_TRUE(close(Problem<T>::host_copy(p.out), want, tolerance<T>(), s)) << plan.describe();
-      Shape lse_shape = s;
-      lse_shape.head_dim = 1;
-      EXPECT_TRUE(close(Problem<T>::host_copy(lse), want_lse, tolerance<T>(), lse_shape)) << plan.describe();
+      check_out_and_lse(plan, s, opt, 29);
     }
+}
+
+// The one-row Fused kernel, named through Options::path, on every shape of
+// at most 64 keys (one key, primes, the original example, keys past the
+// queries, R past a warp's width), causal or not, with a negative scale: out
+// and lse against the reference. A longer sequence is refused by name; Auto
+// takes the path for the original example on GPUs and never on hosts.
+TYPED_TEST(AttentionTyped, FusedRowMatchesReferenceOnShortSequences) {
+  using T = TypeParam;
+  int ran = 0, expected = 0;
+  for (const Shape& s : kShapes) {
+    if (s.keys > 64) continue;
+    for (bool causal : {true, false}) {
+      ++expected;
+      Options opt;
+      opt.path = Path::FusedRow;
+      opt.causal = causal;
+      if (!causal) opt.scale = -0.3;
+      const Plan<T, Space> plan(Space(), s, opt);
+      ASSERT_EQ(plan.path(), Path::FusedRow);
+      check_out_and_lse(plan, s, opt, 31);
+      ++ran;
+    }
+  }
+  EXPECT_EQ(ran, expected);
+  EXPECT_GE(ran, 50);
+  Options named;
+  named.path = Path::FusedRow;
+  EXPECT_THROW((Plan<T, Space>(Space(), Shape{1, 3, 65, 2, 8, 16}, named)), std::invalid_argument);
+  const Path chosen = Plan<T, Space>(Space(), Shape{2, 32, 32, 4, 16, 24}, Options{}).path();
+  if (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible) {
+    EXPECT_NE(chosen, Path::FusedRow);
+  } else if (std::is_same<T, float>::value) {
+    EXPECT_EQ(chosen, Path::FusedRow);
+  }
 }
 
 TYPED_TEST(AttentionTyped, AlgorithmsAgree) {
@@ -397,8 +439,8 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
 template <class T, class Run>
 int for_each_prefill_path(const Shape& s, Run run) {
   int paths = 0;
-  for (Path path : {Path::Fused, Path::Absorbed, Path::DecompressedHost, Path::DecompressedGemm,
-                    Path::DecompressedBlocked, Path::DecompressedPortable}) {
+  for (Path path : {Path::Fused, Path::FusedRow, Path::Absorbed, Path::DecompressedHost,
+                    Path::DecompressedGemm, Path::DecompressedBlocked, Path::DecompressedPortable}) {
     SCOPED_TRACE(to_string(path));
     Options opt;
     opt.path = path;

@@ -2,9 +2,12 @@
 #define KOKKOSMLA_LATENTPATHS_HPP
 // Prefill over the latent (src/impl/KokkosMLA_LatentKernels.hpp): Fused, one
 // launch; Absorbed, the same steps as three launches through a (B, T, H, R)
-// workspace, each with less scratch. Portable: every backend, any team size.
+// workspace, each with less scratch; FusedRow, the Fused steps for short
+// sequences, a team per query row (src/impl/KokkosMLA_FusedRowKernel.hpp).
+// Portable: every backend, any team size.
 
 #include "KokkosMLA_PathUnit.hpp"
+#include "impl/KokkosMLA_FusedRowKernel.hpp"
 #include "impl/KokkosMLA_Tiling.hpp"
 
 #include <sstream>
@@ -77,6 +80,64 @@ class FusedPath final : public LatentPrefill<Scalar, ExecSpace, LatentStep::Fuse
     launch_tiled(exec, "KokkosMLA::Fused", this->template bound<LatentStep::Fused>(c, c.lse, nullptr),
                  this->config_);
   }
+};
+
+/// Algorithm::Fused over sequences of at most FusedRowKernel::kMaxKeys keys:
+/// a team per query row (one warp on GPUs), its steps a single pass each.
+/// Taken by default on GPUs where the Fused path's own tiles would give every
+/// row a team of its own (few rows over short sequences, as in the original
+/// example), where this kernel's chain of steps is the shorter; on any
+/// backend when named.
+template <class Scalar, class ExecSpace>
+class FusedRowPath final : public PlannedPrefill<Scalar, ExecSpace> {
+  using Kernel = FusedRowKernel<ExecSpace, Scalar>;
+
+ public:
+  static constexpr bool available = !is_half_precision<Scalar>::value;
+  static bool applicable(const PrefillProblem& p) {
+    if (p.wanted != Algorithm::Fused || p.shape.keys > Kernel::kMaxKeys) return false;
+    if (p.options.path) return true;  // asked for by name
+    if (p.backend.host) return false;
+    const LatentTiles fused =
+        latent_tiles(latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(p.shape), p.shape.keys, p.backend)
+            .tiles;
+    return fused.rows() == 1 && fused.key_tile >= p.shape.keys;
+  }
+  static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Fused; }
+
+  FusedRowPath(const ExecSpace&, const PrefillProblem& p) : problem_(p) {}
+  static constexpr Path id = Path::FusedRow;
+  Path path() const override { return id; }
+  Algorithm algorithm() const override { return Algorithm::Fused; }
+  std::size_t workspace_bytes() const override { return 0; }
+  std::string describe() const override {
+    std::ostringstream o;
+    o << "team_size=" << team_size() << " (a query row a team)";
+    return o.str();
+  }
+  void run(const ExecSpace& exec, const typename PlannedPrefill<Scalar, ExecSpace>::Call& c) const override {
+    const Shape& s = problem_.shape;
+    Kernel k;
+    k.q = head_rows(c.q);
+    k.latent = c.latent.data();
+    k.latent_ld = std::int64_t(latent_row_stride(c.latent));
+    k.w_uk = weight_rows(c.w_uk);
+    k.w_uv = weight_rows(c.w_uv);
+    k.out = head_rows(c.out);
+    k.lse = c.lse;
+    k.batch = s.batch, k.queries = s.queries, k.keys = s.keys, k.heads = s.heads;
+    k.dim = s.head_dim, k.rank = s.latent_dim;
+    k.scale = Scalar(problem_.scale);
+    k.causal = problem_.options.causal;
+    const std::size_t bytes = k.scratch_bytes();
+    k.scratch_level = problem_.backend.level_holding(bytes);
+    launch(exec, "KokkosMLA::FusedRow", k, team_size(), bytes);
+  }
+
+ private:
+  int team_size() const { return problem_.backend.host ? 1 : Kernel::kGpuThreads; }
+
+  PrefillProblem problem_;
 };
 
 template <class Scalar, class ExecSpace>

@@ -17,9 +17,9 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Prefill: 16-bit types end at Widened, float and double at Fused.
-using PrefillPaths =
-    PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath, DecompressedGemmPath,
-             DecompressedBlockedPath, DecompressedPortablePath, AbsorbedPath, FusedPath>;
+using PrefillPaths = PathList<FlashSm90Path, FlashTensorSm80Path, WidenedPrefillPath, DecompressedHostPath,
+                              DecompressedGemmPath, DecompressedBlockedPath, DecompressedPortablePath,
+                              AbsorbedPath, FusedRowPath, FusedPath>;
 
 /// Cache attention: 16-bit types end at Widened, float and double at CacheLatent.
 /// FP8 caches the tensor-core paths do not take go to Fp8CachePath (Widened).
