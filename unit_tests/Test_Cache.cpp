@@ -1916,7 +1916,7 @@ std::array<double, 3> float_cache_errors(const Logical& l, const DeviceCache<flo
 // float cache attention on the mma.sync decode kernel: with emulate_fp32
 // (3xTF32 products, fp32 GEMMs) out and lse within twice the error of the
 // exact fp32 kernels on the same inputs, give or take a few units of 2^-22
-// (3xTF32 keeps each operand to 2^-22, fp32 to 2^-24: where the exact
+// (3xTF32 keeps each operand to 2^-21, fp32 to 2^-24: where the exact
 // kernels' error is at fp32's floor, a few units of the emulation's show),
 // and far inside TF32's (from 128 rows a sequence, exact fp32 GEMMs); with
 // allow_tf32 (on the kernel, or as TF32 GEMMs from 256 rows a sequence)
