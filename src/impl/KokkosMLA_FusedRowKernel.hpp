@@ -32,7 +32,7 @@ struct FusedRowKernel {
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
 
   HeadRows<const T> q;  // (B, T, H, D)
-  const T* latent;      // (B, S, R), rows latent_ld apart
+  const T* latent = nullptr;  // (B, S, R), rows latent_ld apart
   std::int64_t latent_ld = 0;
   HeadRows<const T> w_uk;  // (R, H, D)
   HeadRows<const T> w_uv;  // (R, H, D)
