@@ -46,17 +46,15 @@ struct FusedRowKernel {
   std::int64_t league_size() const { return batch * queries * heads; }
 
   /// Scratch elements of a team: qa and oa (R each), then the logits.
-  KOKKOS_INLINE_FUNCTION static std::size_t scratch_elements(std::int64_t rank) {
-    return std::size_t(2 * rank + kMaxKeys);
-  }
-  std::size_t scratch_bytes() const { return ScratchView::shmem_size(scratch_elements(rank)); }
+  KOKKOS_INLINE_FUNCTION std::size_t scratch_elements() const { return std::size_t(2 * rank + kMaxKeys); }
+  std::size_t scratch_bytes() const { return ScratchView::shmem_size(scratch_elements()); }
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t row = team.league_rank();  // (b T + t) H + h
     const std::int64_t token = row / heads, h = row % heads, b = token / queries, t = token % queries;
     // Query t sits at key position S - T + t (S >= T: every row sees a key).
     const int visible = int(causal ? keys - queries + t + 1 : keys);
-    const ScratchView scratch(team.team_scratch(scratch_level), scratch_elements(rank));
+    const ScratchView scratch(team.team_scratch(scratch_level), scratch_elements());
     T* const qa = scratch.data();
     T* const oa = qa + rank;
     T* const p = oa + rank;

@@ -35,7 +35,11 @@ class LatentPrefill : public PlannedPrefill<Scalar, ExecSpace> {
   LatentPrefill(const PrefillProblem& p) : problem_(p) {
     config_.backend = p.backend;
     config_.team_size = p.backend.team_size;
-    apply(config_, latent_tiles(latent_kernel<ExecSpace, Scalar, TilesOf>(p.shape), p.shape.keys, p.backend));
+    apply(config_, tiles_for(p));
+  }
+  /// The tiles of problem p's latent kernel, fitted to its scratch budget.
+  static Fitted<LatentTiles> tiles_for(const PrefillProblem& p) {
+    return latent_tiles(latent_kernel<ExecSpace, Scalar, TilesOf>(p.shape), p.shape.keys, p.backend);
   }
   std::string describe() const override { return describe_latent_tiles(config_); }
 
@@ -98,9 +102,7 @@ class FusedRowPath final : public PlannedPrefill<Scalar, ExecSpace> {
     if (p.wanted != Algorithm::Fused || p.shape.keys > Kernel::kMaxKeys) return false;
     if (p.options.path) return true;  // asked for by name
     if (p.backend.host) return false;
-    const LatentTiles fused =
-        latent_tiles(latent_kernel<ExecSpace, Scalar, LatentStep::Fused>(p.shape), p.shape.keys, p.backend)
-            .tiles;
+    const LatentTiles fused = FusedPath<Scalar, ExecSpace>::tiles_for(p).tiles;
     return fused.rows() == 1 && fused.key_tile >= p.shape.keys;
   }
   static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Fused; }
