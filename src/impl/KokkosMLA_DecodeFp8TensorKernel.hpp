@@ -9,7 +9,8 @@
 // scale of c's block of 128 channels (Fp8PerBlock) or the tensor's scale.
 //
 // The team and its steps are DecodeTensorKernel's (4 warps over 16 query
-// rows, 16-key steps, partial scores summed through scratch), but no token
+// rows, partial scores summed through scratch), in steps of 16 keys or, with
+// the CUDA shared-memory opt-in, of 32 (Keys), but no token
 // is dequantised into a 16-bit tile: tokens are staged as stored (kStages
 // tiles deep, by cp.async) and each warp turns the bytes it reads into
 // fp16 product operands in registers. A 16-bit tile cost three passes
@@ -46,9 +47,13 @@
 namespace KokkosMLA {
 namespace Impl {
 
-template <class T, CacheStorage Storage, bool Listed = false>
-struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query rows a team, 16 keys a step
-  using Base = DecodeOperands<T, 16, 16, Listed>;
+/// Keys = 16: 16-key steps over a ring of 4 staged tiles (46 KB a team,
+/// which any Kokkos gives); Keys = 32: 32-key steps, one tile in use and one
+/// landing (50 KB: a Kokkos with the CUDA shared-memory opt-in), half the
+/// barriers, score exchanges and softmax steps a key.
+template <class T, CacheStorage Storage, bool Listed = false, int Keys = 16>
+struct DecodeFp8TensorKernel : DecodeOperands<T, 16, Keys, Listed> {  // 16 query rows a team
+  using Base = DecodeOperands<T, 16, Keys, Listed>;
   using Base::heads, Base::qa, Base::queries, Base::scale, Base::scratch_level;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(is_half_precision<T>::value && Storage != CacheStorage::Native, "FP8 tokens, 16-bit queries");
@@ -62,7 +67,10 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   static constexpr int kSlices = kBlock / 16;          // its k16 slices of the scores: 8
   static constexpr int kOutTiles = kBlock / 8;         // its n8 tiles of oa: 16
   static constexpr int kRopeColumns = kRope / kWarps;  // a warp's RoPE columns: one k16 slice
-  static constexpr int kStages = 4;                    // staged tiles: three in flight
+  static constexpr int kKeyTiles = kKeys / 8;          // n8 tiles of keys a step: 2 or 4
+  static constexpr int kHalves = kKeys / 16;           // k16 slices of keys a step: 1 or 2
+  static_assert(kKeys == 16 || kKeys == 32, "16- or 32-key steps");
+  static constexpr int kStages = kKeys == 16 ? 4 : 2;  // staged tiles: three, or one, in flight
   static constexpr int kPitch = kPerBlock ? 656 : 592;
   using Tokens = Fp8KeyTiles<T, Storage, kKeys, kThreads, kStages, kPitch>;
   static constexpr int kScalesAt = kRank;                                        // Fp8PerBlock: fp32 scales
@@ -106,7 +114,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
     auto* raw = static_cast<char*>(team.team_scratch(scratch_level).get_shmem(scratch_bytes()));
     char* staging = reinterpret_cast<char*>((reinterpret_cast<std::uintptr_t>(raw) + kAlignment - 1) &
                                             ~std::uintptr_t(kAlignment - 1));
-    float* partial = reinterpret_cast<float*>(staging + kStages * Tokens::kStageBytes);  // (warp, row, key)
+    float* partial = reinterpret_cast<float*>(staging + kStages * Tokens::kStageBytes);
 
     const Tokens tokens{this->fp8};
     // Key positions are below 2^30 (validated): the loop counts in 32 bits.
@@ -130,9 +138,9 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       team.team_barrier();  // the tile is visible; every warp is done with the last one and the partials
       tokens.fetch_ahead(*this, share.b, k0, key_end, staging, step, rank);
       const unsigned tile = shared_address(Tokens::slot(staging, step));
-      float scales[4];  // of keys 2t, 2t + 1, 8 + 2t, 9 + 2t in this warp's block
+      float scales[2 * kKeyTiles];  // of keys 8n + 2t, 8n + 2t + 1 (n8 tile n) in this warp's block
       block_scales(tile, warp, t, scales);
-      float s[2][4];
+      float s[kKeyTiles][4];
       partial_scores(s, q, tile, warp, g, t, scales);
       Steps::exchange_partial_scores(team, s, partial, warp, g, t);
       const float tile_unit = unit_of(scales), per_unit = reciprocal_of_unit(tile_unit);
@@ -198,10 +206,10 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
               : 0u;
   }
 
-  /// The scales of keys 2t, 2t + 1, 8 + 2t, 9 + 2t of the staged tile in block `warp`.
-  __device__ void block_scales(unsigned tile, int warp, int t, float (&scales)[4]) const {
+  /// The scales of keys 8n + 2t, 8n + 2t + 1 (scales[2n], scales[2n + 1]) of the staged tile in block `warp`.
+  __device__ void block_scales(unsigned tile, int warp, int t, float (&scales)[2 * kKeyTiles]) const {
     KOKKOSMLA_UNROLL
-    for (int j = 0; j < 4; ++j) {
+    for (int j = 0; j < 2 * kKeyTiles; ++j) {
       const int key = 8 * (j / 2) + 2 * t + j % 2;
       scales[j] = kPerBlock ? __uint_as_float(load_shared_word(tile + key * kPitch + kScalesAt + 4 * warp))
                             : this->fp8.latent_scale;
@@ -209,9 +217,11 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   }
 
   /// The power of two at least the largest of the tile's scales in this
-  /// warp's block (the four lanes of a fragment row hold its 16 keys'), or 1.
-  __device__ static float unit_of(const float (&scales)[4]) {
-    float top = fmaxf(fmaxf(scales[0], scales[1]), fmaxf(scales[2], scales[3]));
+  /// warp's block (the four lanes of a fragment row hold its keys'), or 1.
+  __device__ static float unit_of(const float (&scales)[2 * kKeyTiles]) {
+    float top = scales[0];
+    KOKKOSMLA_UNROLL
+    for (int j = 1; j < 2 * kKeyTiles; ++j) top = fmaxf(top, scales[j]);
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 1));
     top = fmaxf(top, __shfl_xor_sync(0xffffffffu, top, 2));
     return top > 0.f ? __uint_as_float((__float_as_uint(top) + 0x007fffffu) & 0xff800000u) : 1.f;
@@ -224,33 +234,39 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
     return bits < 0x7f000000u ? __uint_as_float(0x7f000000u - bits) : 1.f / u;
   }
 
-  /// This warp's partial S (rows g, g + 8; keys 2t, 2t + 1 of n8 tile n in
+  /// This warp's partial S (rows g, g + 8; keys 8n + 2t, 8n + 2t + 1 in
   /// s[n]): its latent block's products on the codes, times the keys'
   /// scales and the rows' unscale, plus its RoPE columns' products.
-  __device__ void partial_scores(float (&s)[2][4], const Queries& q, unsigned tile, int warp, int g, int t,
-                                 const float (&scales)[4]) const {
-    float latent[2][2][4] = {};  // even and odd slices: chains that do not wait on each other
-    float rope[2][4] = {};
+  __device__ void partial_scores(float (&s)[kKeyTiles][4], const Queries& q, unsigned tile, int warp, int g,
+                                 int t, const float (&scales)[2 * kKeyTiles]) const {
+    // Even and odd slices in two chains that do not wait on each other; with
+    // four key tiles their own chains are enough (and registers are short).
+    constexpr int kChains = kKeyTiles == 2 ? 2 : 1;
+    float latent[kChains][kKeyTiles][4] = {};
+    float rope[kKeyTiles][4] = {};
     KOKKOSMLA_UNROLL
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < kKeyTiles; ++n) {
       const unsigned token = tile + (8 * n + g) * kPitch;
       KOKKOSMLA_UNROLL
       for (int kk = 0; kk < kSlices; ++kk) {
         unsigned low, high;  // channels 4t, 4t + 1 and 4t + 2, 4t + 3 of slice kk
         f16x2_pairs_from_e4m3x4(load_shared_word(token + warp * kBlock + 16 * kk + 4 * t), low, high);
-        Fp16Mma::run(latent[kk % 2][n], q.latent[kk], low, high);
+        Fp16Mma::run(latent[kk % kChains][n], q.latent[kk], low, high);
       }
       unsigned kb[2];
       rope_fragment(token, warp, t, kb);
       Ops::run(rope[n], q.rope, kb[0], kb[1]);
     }
     const float rope_scale = kPerBlock ? 1.f : this->fp8.rope_scale;
+    auto codes_sum = [&](int n, int e) {
+      if constexpr (kChains == 2) return latent[0][n][e] + latent[1][n][e];
+      return latent[0][n][e];
+    };
     KOKKOSMLA_UNROLL
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < kKeyTiles; ++n) {
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e)
-        s[n][e] = (latent[0][n][e] + latent[1][n][e]) * (scales[2 * n + e % 2] * q.unscale[e / 2]) +
-                  rope[n][e] * rope_scale;
+        s[n][e] = codes_sum(n, e) * (scales[2 * n + e % 2] * q.unscale[e / 2]) + rope[n][e] * rope_scale;
     }
   }
 
@@ -279,12 +295,22 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
   /// inv_unit rounded to fp16, the codes multiplied as they are): that rounds
   /// all of a key's products alike, by up to 2^-12, within what a bf16
   /// framework's rounding of P and of the values to 8 bits errs, and saves
-  /// two fp16 instructions a pair of values. For tile 4q + i, lane g's
+  /// two fp16 instructions a pair of values. One k16 product a 16 keys.
+  __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[kKeyTiles][4],
+                                    const float (&scales)[2 * kKeyTiles], float inv_unit, unsigned tile,
+                                    int warp, int g, int t) {
+    KOKKOSMLA_UNROLL
+    for (int h = 0; h < kHalves; ++h)
+      accumulate_16(o, p[2 * h], p[2 * h + 1], scales + 4 * h, inv_unit, tile + 16 * h * kPitch, warp, g, t);
+  }
+
+  /// o += P V' over 16 keys (from `keys16`): p0 and p1 their n8 tiles of P,
+  /// scales of keys 2t, 2t + 1, 8 + 2t, 9 + 2t. For tile 4q + i, lane g's
   /// column is channel 32q + 4g + i: its keys' four codes from channel
   /// 32q + 4g, sorted by channel.
-  __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[2][4],
-                                    const float (&scales)[4], float inv_unit, unsigned tile, int warp, int g,
-                                    int t) {
+  __device__ static void accumulate_16(float (&o)[kOutTiles][4], const float (&p0)[4], const float (&p1)[4],
+                                       const float* scales, float inv_unit, unsigned keys16, int warp, int g,
+                                       int t) {
     float w[4];  // keys 2t, 2t + 1, 8 + 2t, 9 + 2t
     KOKKOSMLA_UNROLL
     for (int j = 0; j < 4; ++j) w[j] = scales[j] * inv_unit;
@@ -301,12 +327,12 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query 
       return *reinterpret_cast<const unsigned*>(&x);
     };
     auto weight = [&](int j) { return kBf16 ? w[j] : 1.f; };
-    const unsigned pa[4] = {Fp16Mma::pack(p[0][0] * weight(0), p[0][1] * weight(1)),
-                            Fp16Mma::pack(p[0][2] * weight(0), p[0][3] * weight(1)),
-                            Fp16Mma::pack(p[1][0] * weight(2), p[1][1] * weight(3)),
-                            Fp16Mma::pack(p[1][2] * weight(2), p[1][3] * weight(3))};
-    const unsigned keys[4] = {tile + 2 * t * kPitch, tile + (2 * t + 1) * kPitch, tile + (2 * t + 8) * kPitch,
-                              tile + (2 * t + 9) * kPitch};
+    const unsigned pa[4] = {Fp16Mma::pack(p0[0] * weight(0), p0[1] * weight(1)),
+                            Fp16Mma::pack(p0[2] * weight(0), p0[3] * weight(1)),
+                            Fp16Mma::pack(p1[0] * weight(2), p1[1] * weight(3)),
+                            Fp16Mma::pack(p1[2] * weight(2), p1[3] * weight(3))};
+    const unsigned keys[4] = {keys16 + 2 * t * kPitch, keys16 + (2 * t + 1) * kPitch,
+                              keys16 + (2 * t + 8) * kPitch, keys16 + (2 * t + 9) * kPitch};
     KOKKOSMLA_UNROLL
     for (int quarter = 0; quarter < 4; ++quarter) {
       const int at = warp * kBlock + 32 * quarter + 4 * g;

@@ -350,33 +350,49 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
     return tiles + buffer * kKeys * kLd;
   }
 
-  /// Replaces this warp's partial scores s by the sums over the four warps,
-  /// added in the same order in every warp (so all hold the same S). A lane's
-  /// scores of row g (then g + 8), keys 2t, 2t + 1, 8 + 2t, 9 + 2t, are four
-  /// adjacent floats at (warp, row, 4t): one 16-byte access each, and the
-  /// eight lanes of a quarter-warp (rows g, g + 1) cover the 32 banks once.
-  __device__ static void exchange_partial_scores(const Member& team, float (&s)[2][4], float* partial,
+  /// Replaces this warp's partial scores s (N n8 tiles of keys) by the sums
+  /// over the four warps, added in the same order in every warp (so all hold
+  /// the same S). `partial` is (warp, 16 keys, row, 16): a lane's scores of
+  /// row g (then g + 8), keys 2t, 2t + 1, 8 + 2t, 9 + 2t of each 16, are
+  /// four adjacent floats at 4t: one 16-byte access each, and the eight
+  /// lanes of a quarter-warp (rows g, g + 1) cover the 32 banks once.
+  template <int N>
+  __device__ static void exchange_partial_scores(const Member& team, float (&s)[N][4], float* partial,
                                                  int warp, int g, int t) {
+    static_assert(N % 2 == 0, "whole 16-key steps");
+    constexpr int kHalves = N / 2;
+    auto at = [&](int w, int h, int r) {
+      return partial + ((w * kHalves + h) * kRows + g + 8 * r) * 16 + 4 * t;
+    };
     KOKKOSMLA_UNROLL
-    for (int r = 0; r < 2; ++r)
-      store_shared(partial + (warp * kRows + g + 8 * r) * kKeys + 4 * t,
-                   {s[0][2 * r], s[0][2 * r + 1], s[1][2 * r], s[1][2 * r + 1]});
+    for (int h = 0; h < kHalves; ++h) {
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r)
+        store_shared(at(warp, h, r),
+                     {s[2 * h][2 * r], s[2 * h][2 * r + 1], s[2 * h + 1][2 * r], s[2 * h + 1][2 * r + 1]});
+    }
     team.team_barrier();
-    float sum[2][4] = {{0.f, 0.f, 0.f, 0.f}, { 0.f, 0.f, 0.f, 0.f }};  // (row g, g + 8): keys as stored
+    float sum[kHalves][2][4] = {};  // (16 keys, row g / g + 8): keys as stored
     KOKKOSMLA_UNROLL
     for (int w = 0; w < kWarps; ++w) {
       KOKKOSMLA_UNROLL
-      for (int r = 0; r < 2; ++r) {
-        float v[4];
-        load_shared(partial + (w * kRows + g + 8 * r) * kKeys + 4 * t, v);
+      for (int h = 0; h < kHalves; ++h) {
         KOKKOSMLA_UNROLL
-        for (int e = 0; e < 4; ++e) sum[r][e] += v[e];
+        for (int r = 0; r < 2; ++r) {
+          float v[4];
+          load_shared(at(w, h, r), v);
+          KOKKOSMLA_UNROLL
+          for (int e = 0; e < 4; ++e) sum[h][r][e] += v[e];
+        }
       }
     }
     KOKKOSMLA_UNROLL
-    for (int r = 0; r < 2; ++r) {
-      s[0][2 * r] = sum[r][0], s[0][2 * r + 1] = sum[r][1];
-      s[1][2 * r] = sum[r][2], s[1][2 * r + 1] = sum[r][3];
+    for (int h = 0; h < kHalves; ++h) {
+      KOKKOSMLA_UNROLL
+      for (int r = 0; r < 2; ++r) {
+        s[2 * h][2 * r] = sum[h][r][0], s[2 * h][2 * r + 1] = sum[h][r][1];
+        s[2 * h + 1][2 * r] = sum[h][r][2], s[2 * h + 1][2 * r + 1] = sum[h][r][3];
+      }
     }
   }
 
@@ -452,13 +468,14 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
   /// (times o_ratio as well: a change of o's unit), and leaves the
   /// unnormalised probabilities in s. A row that has seen no key yet keeps
   /// max -inf and contributes zeros.
-  __device__ static void softmax_step(float (&s)[2][4], float (&o)[kOutTiles][4], float (&m)[2],
+  template <int N>
+  __device__ static void softmax_step(float (&s)[N][4], float (&o)[kOutTiles][4], float (&m)[2],
                                       float (&l)[2], bool edge, int visible0, int visible1, int t,
                                       float scale2, float o_ratio = 1.f) {
     const int visible[2] = {visible0, visible1};
     float mx[2] = {m[0], m[1]};
     KOKKOSMLA_UNROLL
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < N; ++n) {
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e) {
         s[n][e] *= scale2;
@@ -483,7 +500,7 @@ struct DecodeTensorKernel : DecodeOperands<T, 16, 16, Listed> {  // 16 query row
       for (int n = 0; n < kOutTiles; ++n) o[n][2 * r] *= o_correction, o[n][2 * r + 1] *= o_correction;
     }
     KOKKOSMLA_UNROLL
-    for (int n = 0; n < 2; ++n) {
+    for (int n = 0; n < N; ++n) {
       KOKKOSMLA_UNROLL
       for (int e = 0; e < 4; ++e) {
         s[n][e] = fast_exp2(s[n][e] - base[e / 2]);
