@@ -31,8 +31,9 @@
 //     and oa kept in units of u. With fp16 queries V' is rounded to fp16 (by
 //     two fp16 instructions a pair); with bf16 queries the scales / u go
 //     into P (one multiplication a probability) and the codes are V' as
-//     they are: 8-9 % faster on the H200, within bf16's error. V's B fragment takes one channel of four keys:
-//     a thread loads 4 consecutive codes of each of its 4 keys and sorts
+//     they are: 8-9 % faster on the H200, within bf16's error. V's B
+//     fragment takes one channel of four keys: a thread loads 4
+//     consecutive codes of each of its 4 keys and sorts
 //     them by channel with byte permutes, so that its tile's channels are
 //     32q + 4g + i (tile 4q + i), and its accumulators hold 8 consecutive
 //     channels 32q + 8t .. + 7 at the end.
@@ -206,7 +207,8 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, Keys, Listed> {  // 16 quer
               : 0u;
   }
 
-  /// The scales of keys 8n + 2t, 8n + 2t + 1 (scales[2n], scales[2n + 1]) of the staged tile in block `warp`.
+  /// The scales of keys 8n + 2t and 8n + 2t + 1 (scales[2n], scales[2n + 1])
+  /// of the staged tile, in block `warp`.
   __device__ void block_scales(unsigned tile, int warp, int t, float (&scales)[2 * kKeyTiles]) const {
     KOKKOSMLA_UNROLL
     for (int j = 0; j < 2 * kKeyTiles; ++j) {
@@ -295,7 +297,7 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, Keys, Listed> {  // 16 quer
   /// inv_unit rounded to fp16, the codes multiplied as they are): that rounds
   /// all of a key's products alike, by up to 2^-12, within what a bf16
   /// framework's rounding of P and of the values to 8 bits errs, and saves
-  /// two fp16 instructions a pair of values. One k16 product a 16 keys.
+  /// two fp16 instructions a pair of values. One k16 product per 16 keys.
   __device__ static void accumulate(float (&o)[kOutTiles][4], const float (&p)[kKeyTiles][4],
                                     const float (&scales)[2 * kKeyTiles], float inv_unit, unsigned tile,
                                     int warp, int g, int t) {
