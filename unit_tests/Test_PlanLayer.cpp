@@ -318,6 +318,32 @@ TEST(PathChoice, TensorDecodeTakesFp8CachesOfDeepSeekWidths) {
     EXPECT_FALSE(takes(large, fp8_no_rope));
   }
 }
+
+// FP8 tokens go in 32-key steps where a team may have their scratch: 50 KB
+// for FlashMLA's 656-byte tokens (a Kokkos with the opt-in; 16-key steps in
+// 46 KB on a classic one), 46 KB for per-tensor tokens of 592 bytes (both
+// kinds). 16-bit rows keep 16-key steps on both.
+TEST(PathChoice, TensorDecodeTakesFp8In32KeyStepsWhereScratchHoldsThem) {
+  using Unit = Impl::DecodeTensorSm80Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+  auto described = [](const Backend& be, CacheStorage storage) {
+    Impl::CacheProblem p;
+    p.shape = CacheShape{8, 1, 16, 128, 512, 64, 256};
+    p.shape.storage = storage;
+    p.backend = be;
+    p.backend.compute_capability = 90;
+    return Unit(Kokkos::Cuda(), p).describe();
+  };
+  auto check = [&](const Backend& be, CacheStorage storage, const char* expected) {
+    const std::string text = described(be, storage);
+    EXPECT_NE(text.find(expected), std::string::npos) << text;
+  };
+  check(large, CacheStorage::Fp8PerBlock, "key_tile=32 scratch=50192B");
+  check(classic, CacheStorage::Fp8PerBlock, "key_tile=16 scratch=46096B");
+  check(large, CacheStorage::Fp8PerTensor, "key_tile=32 scratch=46096B");
+  check(classic, CacheStorage::Fp8PerTensor, "key_tile=32 scratch=46096B");
+  check(large, CacheStorage::Native, "key_tile=16");
+  check(classic, CacheStorage::Native, "key_tile=16");
+}
 #endif
 
 #if KOKKOSMLA_ENABLE_SM80

@@ -21,7 +21,8 @@ using Sm80DecodeKernelOf =
                        DecodeFp8TensorKernel<T, Storage, Listed, Fp8Keys>>;
 template <class T, int Rope, CacheStorage Storage, bool Listed>
 using Sm80DecodeKernel = Sm80DecodeKernelOf<T, Rope, Storage, Listed, 16>;
-/// FP8 tokens in 32-key steps, where the Kokkos gives a team their 50 KB:
+/// FP8 tokens in 32-key steps, where the team scratch holds them (50 KB for
+/// FlashMLA's tokens, with the opt-in; 46 KB for per-tensor ones, on any Kokkos):
 /// half the barriers, score exchanges and softmax steps a key. On the H200
 /// (B = 128, H = 16, Tq = 1, bf16 queries) 0.166 / 0.296 ms at S = 4096 /
 /// 8192 against 0.183 / 0.324 in 16-key steps (docs/performance.md).

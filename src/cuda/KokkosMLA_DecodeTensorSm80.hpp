@@ -30,7 +30,7 @@ class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> 
   void attend_kernel(const ExecSpace& exec, const Call& call, Scalar* qa) const override;
 
  private:
-  /// FP8 tokens in 32-key steps (where the Kokkos gives a team their 50 KB), not 16.
+  /// FP8 tokens in 32-key steps (where the team scratch holds them), not 16.
   static bool fp8_in_32_key_steps(const CacheProblem& p);
   bool fp8_32_ = false;
 };

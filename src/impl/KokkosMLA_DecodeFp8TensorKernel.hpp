@@ -9,8 +9,8 @@
 // scale of c's block of 128 channels (Fp8PerBlock) or the tensor's scale.
 //
 // The team and its steps are DecodeTensorKernel's (4 warps over 16 query
-// rows, partial scores summed through scratch), in steps of 16 keys or, with
-// the CUDA shared-memory opt-in, of 32 (Keys), but no token
+// rows, partial scores summed through scratch), in steps of 32 keys where the
+// team scratch holds them, else of 16 (Keys), but no token
 // is dequantised into a 16-bit tile: tokens are staged as stored (kStages
 // tiles deep, by cp.async) and each warp turns the bytes it reads into
 // fp16 product operands in registers. A 16-bit tile cost three passes
@@ -48,10 +48,11 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// Keys = 16: 16-key steps over a ring of 4 staged tiles (46 KB a team,
-/// which any Kokkos gives); Keys = 32: 32-key steps, one tile in use and one
-/// landing (50 KB: a Kokkos with the CUDA shared-memory opt-in), half the
-/// barriers, score exchanges and softmax steps a key.
+/// Keys = 16: 16-key steps over a ring of 4 staged tiles (46 KB a team for
+/// FlashMLA's 656-byte tokens, which any Kokkos gives); Keys = 32: 32-key
+/// steps, one tile in use and one landing, half the barriers, score
+/// exchanges and softmax steps a key (50 KB for 656-byte tokens: a Kokkos
+/// with the CUDA shared-memory opt-in; 46 KB for 592-byte per-tensor ones).
 template <class T, CacheStorage Storage, bool Listed = false, int Keys = 16>
 struct DecodeFp8TensorKernel : DecodeOperands<T, 16, Keys, Listed> {  // 16 query rows a team
   using Base = DecodeOperands<T, 16, Keys, Listed>;
