@@ -13,21 +13,41 @@ namespace Impl {
 
 namespace {
 
-/// The mma.sync decode kernel of a cache: DecodeFp8TensorKernel over FP8
-/// tokens (in Fp8Keys-key steps), DecodeTensorKernel over 16-bit or float rows.
-template <class T, int Rope, CacheStorage Storage, bool Listed, int Fp8Keys>
-using Sm80DecodeKernelOf =
-    std::conditional_t<Storage == CacheStorage::Native, DecodeTensorKernel<T, Rope, Storage, Listed>,
-                       DecodeFp8TensorKernel<T, Storage, Listed, Fp8Keys>>;
+/// The mma.sync decode kernels, with FP8 tokens in Fp8Keys-key steps:
+/// Kernel<T, Rope, Storage, Listed> is DecodeFp8TensorKernel over FP8 tokens,
+/// DecodeTensorKernel over 16-bit or float rows. 32-key steps go where the
+/// team scratch holds them (50 KB for FlashMLA's tokens, with the opt-in;
+/// 46 KB for per-tensor ones, on any Kokkos): half the barriers, score
+/// exchanges and softmax steps a key. On the H200 (B = 128, H = 16, Tq = 1,
+/// bf16 queries) 0.166 / 0.296 ms at S = 4096 / 8192 against 0.183 / 0.324
+/// in 16-key steps (docs/performance.md).
+template <int Fp8Keys>
+struct Sm80DecodeKernels {
+  template <class T, int Rope, CacheStorage Storage, bool Listed>
+  using Kernel =
+      std::conditional_t<Storage == CacheStorage::Native, DecodeTensorKernel<T, Rope, Storage, Listed>,
+                         DecodeFp8TensorKernel<T, Storage, Listed, Fp8Keys>>;
+};
 template <class T, int Rope, CacheStorage Storage, bool Listed>
-using Sm80DecodeKernel = Sm80DecodeKernelOf<T, Rope, Storage, Listed, 16>;
-/// FP8 tokens in 32-key steps, where the team scratch holds them (50 KB for
-/// FlashMLA's tokens, with the opt-in; 46 KB for per-tensor ones, on any Kokkos):
-/// half the barriers, score exchanges and softmax steps a key. On the H200
-/// (B = 128, H = 16, Tq = 1, bf16 queries) 0.166 / 0.296 ms at S = 4096 /
-/// 8192 against 0.183 / 0.324 in 16-key steps (docs/performance.md).
+using Sm80DecodeKernel = Sm80DecodeKernels<16>::Kernel<T, Rope, Storage, Listed>;
 template <class T, int Rope, CacheStorage Storage, bool Listed>
-using Sm80DecodeKernel32 = Sm80DecodeKernelOf<T, Rope, Storage, Listed, 32>;
+using Sm80DecodeKernel32 = Sm80DecodeKernels<32>::Kernel<T, Rope, Storage, Listed>;
+
+/// f(Sm80DecodeKernels<32>()) when FP8 tokens go in 32-key steps, else f(Sm80DecodeKernels<16>()).
+template <class F>
+decltype(auto) with_sm80_kernels(bool fp8_in_32_key_steps, F&& f) {
+  if (fp8_in_32_key_steps) return f(Sm80DecodeKernels<32>());
+  return f(Sm80DecodeKernels<16>());
+}
+
+/// Parts per sequence for the kernels with_sm80_kernels picks.
+template <class Scalar>
+int sm80_decode_splits(const CacheProblem& p, bool fp8_in_32_key_steps) {
+  return with_sm80_kernels(fp8_in_32_key_steps, [&](auto kernels) {
+    using K = decltype(kernels);
+    return decode_splits<K::template Kernel, Scalar>(p.shape, p.backend, p.options.kv_splits);
+  });
+}
 
 /// Whether float on tensor cores gives way, by default, to attention by
 /// cuBLAS GEMMs (CacheGemm, from 128 query rows a sequence), which on the
@@ -69,24 +89,26 @@ bool DecodeTensorSm80Path<Scalar, ExecSpace>::fp8_in_32_key_steps(const CachePro
 
 template <class Scalar, class ExecSpace>
 DecodeTensorSm80Path<Scalar, ExecSpace>::DecodeTensorSm80Path(const ExecSpace&, const CacheProblem& p)
-    : AbsorbedTensorPath<Scalar, ExecSpace>(
-          p,
-          fp8_in_32_key_steps(p)
-              ? decode_splits<Sm80DecodeKernel32, Scalar>(p.shape, p.backend, p.options.kv_splits)
-              : decode_splits<Sm80DecodeKernel, Scalar>(p.shape, p.backend, p.options.kv_splits),
-          4),
-      fp8_32_(fp8_in_32_key_steps(p)) {}
+    : DecodeTensorSm80Path(p, fp8_in_32_key_steps(p)) {}
+
+template <class Scalar, class ExecSpace>
+DecodeTensorSm80Path<Scalar, ExecSpace>::DecodeTensorSm80Path(const CacheProblem& p, bool fp8_32)
+    : AbsorbedTensorPath<Scalar, ExecSpace>(p, sm80_decode_splits<Scalar>(p, fp8_32), 4), fp8_32_(fp8_32) {}
 
 template <class Scalar, class ExecSpace>
 std::string DecodeTensorSm80Path<Scalar, ExecSpace>::describe() const {
   using Kernel = DecodeTensorKernel<Scalar, 64>;
   const CacheShape& s = this->problem_.shape;
   std::ostringstream o;
-  o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads
-    << " key_tile=" << (fp8_32_ ? 32 : Kernel::kKeys) << " scratch="
-    << (fp8_32_ ? decode_scratch_bytes<Sm80DecodeKernel32, Scalar>(s)
-                : decode_scratch_bytes<Sm80DecodeKernel, Scalar>(s))
-    << "B@level0 workspace=" << this->workspace_bytes() << "B";
+  o << "on tensor cores splits=" << this->splits_ << " team_size=" << Kernel::kThreads;
+  with_sm80_kernels(fp8_32_, [&](auto kernels) {
+    using K = decltype(kernels);
+    // The step of the kernel the cache's storage takes.
+    const int key_tile = with_decode_kernel<K::template Kernel, Scalar>(
+        s, [](auto kernel) { return decltype(kernel)::kKeys; });
+    o << " key_tile=" << key_tile << " scratch=" << decode_scratch_bytes<K::template Kernel, Scalar>(s);
+  });
+  o << "B@level0 workspace=" << this->workspace_bytes() << "B";
   o << products_label<Scalar>(this->problem_.options);
   return o.str();
 }
@@ -96,14 +118,12 @@ void DecodeTensorSm80Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exe
                                                             Scalar* qa) const {
   const CacheProblem& p = this->problem_;
   auto attend = [&](auto products) {
-    constexpr const char* label = "KokkosMLA::CacheAttention::attend_tensor";
-    if (fp8_32_)
-      return attend_in_parts<Sm80DecodeKernel32, decltype(products)>(exec, label, p.shape, this->splits_,
-                                                                     float(p.scale), p.options.causal, a, qa,
-                                                                     this->parts_.data(), this->listed());
-    attend_in_parts<Sm80DecodeKernel, decltype(products)>(exec, label, p.shape, this->splits_, float(p.scale),
-                                                          p.options.causal, a, qa, this->parts_.data(),
-                                                          this->listed());
+    with_sm80_kernels(fp8_32_, [&](auto kernels) {
+      using K = decltype(kernels);
+      attend_in_parts<K::template Kernel, decltype(products)>(
+          exec, "KokkosMLA::CacheAttention::attend_tensor", p.shape, this->splits_, float(p.scale),
+          p.options.causal, a, qa, this->parts_.data(), this->listed());
+    });
   };
   if constexpr (std::is_same<Scalar, float>::value) {
     if (split_tf32<Scalar>(p.options)) return attend(SplitTf32());

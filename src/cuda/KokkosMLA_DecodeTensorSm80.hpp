@@ -32,6 +32,7 @@ class DecodeTensorSm80Path final : public AbsorbedTensorPath<Scalar, ExecSpace> 
  private:
   /// FP8 tokens in 32-key steps (where the team scratch holds them), not 16.
   static bool fp8_in_32_key_steps(const CacheProblem& p);
+  DecodeTensorSm80Path(const CacheProblem& p, bool fp8_32);
   bool fp8_32_ = false;
 };
 
