@@ -534,7 +534,10 @@ TYPED_TEST(AttentionTyped, WeightSlicesAreReadInPlace) {
   using T = TypeParam;
   const Shape s{2, 9, 11, 3, 8, 12};
   Problem<T> p(s, 41);
-  const auto [w_uk, w_uv] = weight_halves(p.w_uk, p.w_uv);
+  // Named references, not structured bindings: a lambda below reads them, which
+  // C++17 allows only for variables (Clang, under hipcc, refuses bindings).
+  const auto halves = weight_halves(p.w_uk, p.w_uv);
+  const auto &w_uk = halves[0], &w_uv = halves[1];
   const auto left_uk = in_layout(p.w_uk, Layout::Left), left_uv = in_layout(p.w_uv, Layout::Left);
   EXPECT_TRUE(Impl::reads_weights_in_place(w_uk) && Impl::reads_weights_in_place(w_uv));
   EXPECT_FALSE(Impl::reads_weights_in_place(left_uk));
