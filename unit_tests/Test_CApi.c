@@ -117,6 +117,12 @@ static double* to_device(const double* host, size_t n) {
   return d;
 }
 
+/* Frees device allocations (NULL ones too, as kokkosmla_free allows), each checked. */
+static void free_on_device(void* const* pointers, size_t n) {
+  size_t i;
+  for (i = 0; i < n; ++i) CHECK(kokkosmla_free(pointers[i]) == KOKKOSMLA_SUCCESS);
+}
+
 static problem make_problem(shape s, unsigned seed) {
   problem p;
   p.s = s;
@@ -139,16 +145,13 @@ static problem make_problem(shape s, unsigned seed) {
 }
 
 static void free_problem(problem* p) {
+  void* device[5] = {p->dq, p->dlatent, p->dw_uk, p->dw_uv, p->dout};
   free(p->q);
   free(p->latent);
   free(p->w_uk);
   free(p->w_uv);
   free(p->out);
-  CHECK(kokkosmla_free(p->dq) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(p->dlatent) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(p->dw_uk) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(p->dw_uv) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(p->dout) == KOKKOSMLA_SUCCESS);
+  free_on_device(device, 5);
 }
 
 /* The device out, copied into a new host array. */
@@ -437,6 +440,16 @@ static void cache_reference(cache_shape c, const double* q, const double* q_rope
       }
 }
 
+/* Frees a cache test's device arrays: the cache's, the queries, weights and
+   outputs, and the appended tokens. */
+static void free_cache_operands(kokkosmla_cache* cache, double* dq, double* dq_rope, double* dw_uk,
+                                double* dw_uv, double* dout, double* dlse, double* dfresh,
+                                double* dfresh_rope) {
+  void* device[12] = {cache->latent, cache->k_rope, (void*)cache->block_table, (void*)cache->seqlens,
+                      dq, dq_rope, dw_uk, dw_uv, dout, dlse, dfresh, dfresh_rope};
+  free_on_device(device, 12);
+}
+
 /* Appends Tq tokens through the C interface, then attends with a plan, in
    double, against the reference; an idle slot (seqlens 0) gets out 0 and
    lse +inf. */
@@ -620,18 +633,7 @@ static void test_cache_double(cache_shape c) {
   }
 
   CHECK(kokkosmla_cache_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(cache.latent) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(cache.k_rope) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free((void*)cache.block_table) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free((void*)cache.seqlens) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dq) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dq_rope) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dw_uk) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dw_uv) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dout) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dlse) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dfresh) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dfresh_rope) == KOKKOSMLA_SUCCESS);
+  free_cache_operands(&cache, dq, dq_rope, dw_uk, dw_uv, dout, dlse, dfresh, dfresh_rope);
   free(q), free(q_rope), free(w_uk), free(w_uv), free(latent), free(k_rope), free(fresh), free(fresh_rope);
   free(out), free(lse), free(want), free(want_lse), free(table), free(seqlens);
 }
@@ -813,17 +815,7 @@ static void test_cache_fp8(int storage) {
   CHECK(max_difference(out, want, nq) < 1e-12);
 
   CHECK(kokkosmla_cache_plan_destroy_d(plan) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(cache.latent) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free((void*)cache.block_table) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free((void*)cache.seqlens) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dq) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dq_rope) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dw_uk) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dw_uv) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dout) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dlse) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dfresh) == KOKKOSMLA_SUCCESS);
-  CHECK(kokkosmla_free(dfresh_rope) == KOKKOSMLA_SUCCESS);
+  free_cache_operands(&cache, dq, dq_rope, dw_uk, dw_uv, dout, dlse, dfresh, dfresh_rope);
   free(q), free(q_rope), free(w_uk), free(w_uv), free(fresh), free(fresh_rope), free(latent), free(k_rope);
   free(out), free(lse), free(want), free(want_lse), free(bytes);
 }
