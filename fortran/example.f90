@@ -78,6 +78,15 @@ contains
     end if
   end subroutine check
 
+  !> Frees device arrays, each free checked.
+  subroutine free_on_device(pointers)
+    type(c_ptr), intent(in) :: pointers(:)
+    integer :: i
+    do i = 1, size(pointers)
+      call check(kokkosmla_free(pointers(i)), "kokkosmla_free")
+    end do
+  end subroutine free_on_device
+
   !> Deterministic values in [-1, 1]; x is any array of n elements.
   subroutine fill(x, n, seed)
     integer, intent(in) :: n
@@ -114,11 +123,7 @@ contains
     call check(kokkosmla_plan_execute_d(plan, dq, dl, dk, dv, dout), "kokkosmla_plan_execute_d")
     call check(kokkosmla_plan_destroy_d(plan), "kokkosmla_plan_destroy_d")
     call check(kokkosmla_copy_to_host(c_loc(result), dout, bytes(size(result))), "kokkosmla_copy_to_host")
-    call check(kokkosmla_free(dq), "kokkosmla_free")
-    call check(kokkosmla_free(dl), "kokkosmla_free")
-    call check(kokkosmla_free(dk), "kokkosmla_free")
-    call check(kokkosmla_free(dv), "kokkosmla_free")
-    call check(kokkosmla_free(dout), "kokkosmla_free")
+    call free_on_device([dq, dl, dk, dv, dout])
   end subroutine run_on_device_memory
 
   !> One decoding step of nb sequences, one query each (Tq = 1), over a paged
@@ -229,20 +234,8 @@ contains
       end do
     end do
 
-    call check(kokkosmla_free(cache%latent), "kokkosmla_free")
-    call check(kokkosmla_free(cache%k_rope), "kokkosmla_free")
-    call check(kokkosmla_free(cache%block_table), "kokkosmla_free")
-    call check(kokkosmla_free(cache%seqlens), "kokkosmla_free")
-    call check(kokkosmla_free(dnew), "kokkosmla_free")
-    call check(kokkosmla_free(dnew_rope), "kokkosmla_free")
-    call check(kokkosmla_free(dq), "kokkosmla_free")
-    call check(kokkosmla_free(dqr), "kokkosmla_free")
-    call check(kokkosmla_free(dk), "kokkosmla_free")
-    call check(kokkosmla_free(dv), "kokkosmla_free")
-    call check(kokkosmla_free(dout), "kokkosmla_free")
-    call check(kokkosmla_free(dlse), "kokkosmla_free")
-    call check(kokkosmla_free(dprojection), "kokkosmla_free")
-    call check(kokkosmla_free(dwide_out), "kokkosmla_free")
+    call free_on_device([cache%latent, cache%k_rope, cache%block_table, cache%seqlens, dnew, dnew_rope, &
+                         dq, dqr, dk, dv, dout, dlse, dprojection, dwide_out])
   end function decode_step
 
   !> The value of an e4m3 byte (OCP E4M3: bias 7, subnormals k 2^-9; no NaN here).
@@ -349,15 +342,7 @@ contains
       end do
     end do
 
-    call check(kokkosmla_free(cache%latent), "kokkosmla_free")
-    call check(kokkosmla_free(cache%seqlens), "kokkosmla_free")
-    call check(kokkosmla_free(dnew), "kokkosmla_free")
-    call check(kokkosmla_free(dnew_rope), "kokkosmla_free")
-    call check(kokkosmla_free(dq), "kokkosmla_free")
-    call check(kokkosmla_free(dqr), "kokkosmla_free")
-    call check(kokkosmla_free(dk), "kokkosmla_free")
-    call check(kokkosmla_free(dv), "kokkosmla_free")
-    call check(kokkosmla_free(dout), "kokkosmla_free")
+    call free_on_device([cache%latent, cache%seqlens, dnew, dnew_rope, dq, dqr, dk, dv, dout])
   end function fp8_step
 
   integer(c_size_t) function bytes(n)
