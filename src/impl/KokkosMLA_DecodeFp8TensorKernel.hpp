@@ -317,11 +317,13 @@ struct DecodeFp8TensorKernel : DecodeOperands<T, 16, Keys, Listed> {  // 16 quer
     float w[4];  // keys 2t, 2t + 1, 8 + 2t, 9 + 2t
     KOKKOSMLA_UNROLL
     for (int j = 0; j < 4; ++j) w[j] = scales[j] * inv_unit;
-    __half2 high[2], low[2];  // fp16 queries: (keys 2t, 2t + 1), (8 + 2t, 9 + 2t)
-    KOKKOSMLA_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      high[h] = __floats2half2_rn(w[2 * h], w[2 * h + 1]);
-      low[h] = __floats2half2_rn(w[2 * h] - __low2float(high[h]), w[2 * h + 1] - __high2float(high[h]));
+    __half2 high[2], low[2];  // fp16 queries' scale parts: (keys 2t, 2t + 1), (8 + 2t, 9 + 2t)
+    if constexpr (!kBf16) {
+      KOKKOSMLA_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        high[h] = __floats2half2_rn(w[2 * h], w[2 * h + 1]);
+        low[h] = __floats2half2_rn(w[2 * h] - __low2float(high[h]), w[2 * h + 1] - __high2float(high[h]));
+      }
     }
     auto values = [&](unsigned bits, int h) {  // an fp16 pair of keys' codes, as P V' takes it
       if constexpr (kBf16) return bits;
