@@ -6,7 +6,9 @@ run of each series, and Auto's newest beside it), and the
 tensor-core types (bf16, fp16, TF32; the newest run of each, T = 1K..32K at
 H = 16 included) against PyTorch in the same dtype (TF32: against PyTorch's
 fp32, TF32 off); and bf16 decoding (Tq = 1, FlashMLA's
-shapes) in GB/s against FlashMLA and the copy bandwidth of the same run.
+shapes) in GB/s against FlashMLA and the copy bandwidth of the same run; and
+the attention kernel's time over the FP8 latent cache beside bf16's, dense and
+sparse top-k (against FlashMLA's sparse decoding).
 
   python3 perf_tests/plot_results.py perf_tests/results/h200.jsonl docs/h200_tflops.png
 """
@@ -54,7 +56,7 @@ for r in gpu:
     if r.get("dtype") in ("bfloat16", "tf32") and tuple(r["shape"]) not in tensor_shapes:
         tensor_shapes.append(tuple(r["shape"]))
 
-fig, (top, bottom, third) = plt.subplots(3, 1, figsize=(11, 13))
+fig, (top, bottom, third, fourth) = plt.subplots(4, 1, figsize=(11, 17))
 panel(top, [("torch-decompress-sdpa", "float32", "torch-decompress-sdpa"),
             ("kokkosmla-auto (first run)", "float32", "kokkosmla-auto"),
             ("kokkosmla-auto (newest run; attention by GEMMs at D = 128)", "float32", "kokkosmla-auto", True),
@@ -74,7 +76,7 @@ panel(bottom, [("torch bf16 (decompress + SDPA)", "bfloat16", "torch-decompress-
                ("torch fp32, TF32 off", "float32", "torch-decompress-sdpa")],
       tensor_shapes, "Tensor cores: bf16 / fp16 / TF32 (newest run of each), one H200",
       "useful TFLOP/s (Decompressed count)", newest=True)
-decode = [r for r in rows if r.get("dtype") == "bf16" and r.get("Tq") == 1 and "shape" in r]
+decode = [r for r in rows if r.get("dtype") == "bf16" and r.get("Tq") == 1 and "shape" in r and "topk" not in r]
 decode_shapes = []
 for r in decode:
     key = (r["shape"][0], r["shape"][2], r["S"])
@@ -101,5 +103,36 @@ third.set_xticklabels(["B%d H%d S%d" % s for s in decode_shapes], fontsize=8)
 third.set_ylabel("GB/s (cache + q + out read/written once)")
 third.set_title("bf16 decoding, paged cache (page 64), latent 512 + RoPE 64, one H200")
 third.legend(fontsize=7, loc="upper right")
+
+
+def newest_time(impl, dtype, shape, S, sparse):
+    """Milliseconds of the newest Tq = 1 row of this kind that has a bandwidth (a timed kernel)."""
+    hit = [r for r in rows if r.get("impl") == impl and r.get("dtype") == dtype and r.get("Tq") == 1
+           and tuple(r.get("shape", ())) == shape and r.get("S") == S and ("topk" in r) == sparse and "GBps" in r]
+    return hit[-1]["ms"] if hit else None
+
+
+# FP8 latent cache (FlashMLA's 656-byte token): the attention kernel beside bf16's, dense and sparse top-k.
+fp8_cases = [((128, 1, h, 128, 512), s, False) for h in (16, 128) for s in (4096, 8192)]
+fp8_cases += [((128, 1, h, 128, 512), 32768, True) for h in (64, 128)]
+fp8_series = [("KokkosMLA attention kernel, bf16 cache", "kokkosmla-decode-attention", "bf16", "kokkosmla-sparse"),
+              ("KokkosMLA attention kernel, FP8 cache", "kokkosmla-decode-attention", "fp8", "kokkosmla-sparse"),
+              ("FlashMLA, FP8 cache (sparse)", None, "fp8", "flashmla-sparse")]
+width = 0.8 / len(fp8_series)
+for k, (label, dense_impl, dtype, sparse_impl) in enumerate(fp8_series):
+    xs, ys = [], []
+    for i, (shape, S, sparse) in enumerate(fp8_cases):
+        impl = sparse_impl if sparse else dense_impl
+        ms = newest_time(impl, dtype, shape, S, sparse) if impl else None
+        if ms is not None:
+            xs.append(i + (k - (len(fp8_series) - 1) / 2) * width)
+            ys.append(ms)
+    fourth.bar(xs, ys, width, label=label)
+fourth.set_xticks(range(len(fp8_cases)))
+fourth.set_xticklabels(["B%d H%d S%d%s" % (shape[0], shape[2], S, "\ntop-k 2048" if sparse else "")
+                        for shape, S, sparse in fp8_cases], fontsize=8)
+fourth.set_ylabel("ms (lower is better)")
+fourth.set_title("Decoding, Tq = 1: FP8 latent cache beside bf16, dense and sparse top-k, one H200")
+fourth.legend(fontsize=7, loc="upper left")
 fig.tight_layout()
 fig.savefig(dst, dpi=110)
