@@ -14,6 +14,7 @@
 #include <functional>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <stdexcept>
 #include <random>
 #include <sstream>
@@ -408,6 +409,15 @@ void expect_concurrent_equals_sequential(RunA run_a, RunB run_b, ReadA read_a, R
   EXPECT_EQ(read_b(), want_b);
 }
 
+/// How many cases ran on any path of `ran` (expect_runs_or_refuses' counts): a
+/// test whose forced paths all refused has checked nothing and must say so
+/// (GTEST_SKIP), not pass.
+inline int cases_that_ran(const std::map<Path, int>& ran) {
+  int n = 0;
+  for (const auto& path_and_count : ran) n += path_and_count.second;
+  return n;
+}
+
 /// For a case run on a forced path: check() plans with Options::path = path
 /// and returns the path that ran, which is counted in ran[path]; a path that
 /// does not take the case must refuse it with std::invalid_argument naming itself.
@@ -419,6 +429,40 @@ void expect_runs_or_refuses(Path path, std::map<Path, int>& ran, Check&& check) 
   } catch (const std::invalid_argument& e) {
     EXPECT_NE(std::string(e.what()).find(to_string(path)), std::string::npos) << e.what();
   }
+}
+
+/// Whether a plan of s with opt exists on this backend: a forced path it
+/// lacks, or that does not take s, refuses with std::invalid_argument.
+template <class T>
+bool plan_takes(const Shape& s, const Options& opt) {
+  try {
+    Plan<T, Space>(Space(), s, opt);
+    return true;
+  } catch (const std::invalid_argument&) {
+    return false;
+  }
+}
+
+/// Calls run(plan) with a plan of s for every prefill path this backend
+/// has; returns how many.
+template <class T, class Run>
+int for_each_prefill_path(const Shape& s, Run run) {
+  int paths = 0;
+  for (Path path : {Path::Fused, Path::FusedRow, Path::Absorbed, Path::DecompressedHost,
+                    Path::DecompressedGemm, Path::DecompressedBlocked, Path::DecompressedPortable}) {
+    SCOPED_TRACE(to_string(path));
+    Options opt;
+    opt.path = path;
+    std::unique_ptr<Plan<T, Space>> plan;
+    try {
+      plan = std::make_unique<Plan<T, Space>>(Space(), s, opt);
+    } catch (const std::invalid_argument&) {
+      continue;  // not a path of this backend
+    }
+    ++paths;
+    run(*plan);
+  }
+  return paths;
 }
 
 }  // namespace Test

@@ -104,13 +104,10 @@ TYPED_TEST(AttentionTyped, HugeLogitsStayFinite) {
     Problem<TypeParam> p(s, 11, 4.0);
     attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, p.out, opt);
     const auto got = Problem<TypeParam>::host_copy(p.out);
-    const auto want = reference(p, opt);
-    double peak_logit = 0;  // confirm the test reaches the regime it claims
-    {
-      const auto q = Problem<TypeParam>::host_copy(p.q);
-      for (double x : q) peak_logit = std::max(peak_logit, std::abs(x));
-    }
-    EXPECT_GT(peak_logit * 3e3, 1e4 / 4);
+    std::vector<double> lse;
+    const auto want = reference(p, opt, &lse);
+    // The rows' lse (about their largest logit) confirm the regime the test claims.
+    EXPECT_GT(max_abs(lse), 1e4);
     for (double x : got) ASSERT_TRUE(std::isfinite(x)) << to_string(a);
     // Near one-hot softmax: float rounding of the logits moves weights by ~1e-3.
     EXPECT_TRUE(close(got, want, sizeof(TypeParam) == 4 ? 2e-2 : 1e-9, s)) << to_string(a);
@@ -151,16 +148,22 @@ TYPED_TEST(AttentionTyped, CausalityIsExact) {
 
 // Shapes for every blocked flash tile a GPU plan may take (Large's 64 x 64 at
 // T >= 32 and D <= 128 on the large team scratch, Narrow, Wide), with query
-// and key counts past whole tiles, against the reference.
+// and key counts past whole tiles, on the blocked kernel (forced) against the
+// reference. Hosts have no blocked kernel (their flash kernel runs in the
+// other Decompressed tests), so the test is skipped there.
 TYPED_TEST(AttentionTyped, DecompressedOnEveryBlockedTileMatchesReference) {
+  int ran = 0;
   for (const Shape& s : {Shape{1, 97, 131, 3, 128, 40}, Shape{2, 64, 64, 2, 72, 16},
                          Shape{1, 33, 70, 2, 5, 8}, Shape{1, 130, 130, 1, 64, 24}})
     for (bool causal : {true, false}) {
       Options opt;
-      opt.algorithm = Algorithm::Decompressed;
+      opt.path = Path::DecompressedBlocked;
       opt.causal = causal;
+      if (!plan_takes<TypeParam>(s, opt)) continue;  // not a path of this backend
+      ++ran;
       check_against_reference<TypeParam>(s, opt, 19);
     }
+  if (ran == 0) GTEST_SKIP() << "no blocked flash kernel on this backend";
 }
 
 // Every Decompressed path that takes a shape, forced through Options::path,
@@ -177,11 +180,7 @@ TYPED_TEST(AttentionTyped, EveryDecompressedPathMatchesReference) {
         Options opt;
         opt.path = path;
         opt.causal = causal;
-        try {
-          Plan<TypeParam, Space>(Space(), s, opt);
-        } catch (const std::invalid_argument&) {
-          continue;  // the path does not take the shape here
-        }
+        if (!plan_takes<TypeParam>(s, opt)) continue;  // the path does not take the shape here
         ++ran[path];
         check_against_reference<TypeParam>(s, opt, 23);
       }
@@ -434,28 +433,6 @@ TYPED_TEST(AttentionTyped, PackedLatentSlicesAreReadInPlace) {
   });
 }
 
-/// Calls run(plan) with a plan of s for every prefill path this backend
-/// has; returns how many.
-template <class T, class Run>
-int for_each_prefill_path(const Shape& s, Run run) {
-  int paths = 0;
-  for (Path path : {Path::Fused, Path::FusedRow, Path::Absorbed, Path::DecompressedHost,
-                    Path::DecompressedGemm, Path::DecompressedBlocked, Path::DecompressedPortable}) {
-    SCOPED_TRACE(to_string(path));
-    Options opt;
-    opt.path = path;
-    std::unique_ptr<Plan<T, Space>> plan;
-    try {
-      plan = std::make_unique<Plan<T, Space>>(Space(), s, opt);
-    } catch (const std::invalid_argument&) {
-      continue;  // not a path of this backend
-    }
-    ++paths;
-    run(*plan);
-  }
-  return paths;
-}
-
 // out as 16-byte aligned columns of a wider array (a slice of an
 // application's larger buffer) is written where it lies by every prefill path
 // this backend has: nothing allocated for it, the contiguous out's bits, and
@@ -643,8 +620,10 @@ TEST(FlashBlocked, TeamLayoutsMatchReference) {
   const int layouts[][3] = {{1, 1, 1}, {1, 1, 2}, {2, 2, 2}, {2, 1, 2}, {4, 2, 4}};
   const Shape shapes[] = {
       {1, 1, 1, 1, 1, 1}, {2, 5, 9, 2, 4, 1}, {1, 37, 37, 3, 7, 1}, {1, 33, 40, 2, 16, 1}};
+  int layouts_run = 0;
   for (const auto& l : layouts) {
     if (l[2] > most) continue;
+    ++layouts_run;
     const Impl::FlashGrid grid{l[0], l[1]};
     for (const Shape& s : shapes)
       for (bool causal : {true, false}) {
@@ -654,6 +633,8 @@ TEST(FlashBlocked, TeamLayoutsMatchReference) {
         check_blocked_layout<1, 8, 8, 1>(grid, l[2], s, causal);
       }
   }
+  if (layouts_run < 2)
+    GTEST_SKIP() << "teams of at most " << most << " thread(s) here: only the one-thread layout was checked";
 }
 
 }  // namespace

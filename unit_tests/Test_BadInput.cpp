@@ -21,6 +21,12 @@ class BadInput : public ::testing::Test {
   void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> expected) {
     KokkosMLA::Test::expect_rejected<T>(call, expected, p.out);
   }
+  /// The same for a call whose output is another view than p.out.
+  template <class V>
+  void expect_rejected(const std::function<void()>& call, std::initializer_list<std::string> expected,
+                       const V& its_output) {
+    KokkosMLA::Test::expect_rejected<T>(call, expected, its_output);
+  }
 
   void expect_rejected_views(const View4<T>& q, const View3<T>& latent, const View3<T>& w_uk,
                              const View3<T>& w_uv, const View4<T>& out,
@@ -50,7 +56,7 @@ TYPED_TEST(BadInput, ExtentMismatches) {
   this->expect_rejected_views(p.q, p.latent, p.w_uk, wv, p.out, {"w_uv.extent(2) = 5", "w_uk.extent(2) = 4"});
   View4<TypeParam> out_t("o", s.batch, s.queries + 1, s.heads, s.head_dim);
   this->expect_rejected([&] { attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, out_t); },
-                        {"out.extent(1) = 7", "q.extent(1) = 6"});
+                        {"out.extent(1) = 7", "q.extent(1) = 6"}, out_t);
   View3<TypeParam> short_keys("l", s.batch, s.queries - 1, s.latent_dim);
   this->expect_rejected_views(p.q, short_keys, p.w_uk, p.w_uv, p.out,
                               {"latent.extent(1) = 5", "q.extent(1) = 6", "keys >= queries"});
@@ -79,7 +85,7 @@ TYPED_TEST(BadInput, OutAliasesAnInput) {
   const Shape s = this->shape;
   View4<TypeParam, Unmanaged> over_q(p.q.data(), s.batch, s.queries, s.heads, s.head_dim);
   this->expect_rejected([&] { attention(Space(), p.q, p.latent, p.w_uk, p.w_uv, over_q); },
-                        {"out aliases q (2, 6, 3, 4)"});
+                        {"out aliases q (2, 6, 3, 4)"}, over_q);
   // One shared element between the end of latent and the start of out.
   Kokkos::View<TypeParam*, Space> buffer(
       "buffer", 2 * s.batch * s.keys * s.latent_dim + 2 * s.batch * s.queries * s.heads * s.head_dim);

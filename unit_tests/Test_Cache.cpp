@@ -1696,6 +1696,9 @@ TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
   std::cout << "[ tensor paths ] DecodeSm90 ran " << native[Path::DecodeSm90] << " cases (FP8 per block "
             << fp8[Path::DecodeSm90] << "), DecodeTensorSm80 " << native[Path::DecodeTensorSm80]
             << " (FP8 per block " << fp8[Path::DecodeTensorSm80] << ")\n";
+  int total = 0;
+  for (const auto& storage_and_counts : ran) total += cases_that_ran(storage_and_counts.second);
+  if (total == 0) GTEST_SKIP() << "no 16-bit tensor-core cache path in this build or on this GPU";
 }
 
 // DecodeSm90's tiles copied by TMA, where 64 keys are consecutive cache rows
@@ -1800,12 +1803,16 @@ TYPED_TEST(HalfCache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
     Options opt;
     opt.kv_splits = splits;
     CachePlan<T>(Space(), cache_shape(a), opt).execute(Space(), a);
-    std::vector<double> want_lse;
+    std::vector<double> want_lse, model_lse;
     std::vector<double> want = l.reference(opt, &want_lse);
+    std::vector<double> model = l.absorbed_reference(opt, &model_lse, &stored_as<T>);  // the 16-bit framework
     std::vector<double> out = Problem<T>::host_copy(a.out), lse = Problem<T>::host_copy(a.lse);
+    std::vector<double> want_again = want, want_lse_again = want_lse;
     EXPECT_GT(expect_idle_rows_empty(out, lse, want, want_lse, c.head_dim), 0);
-    EXPECT_LE(max_error(out, want), 0.05);
-    EXPECT_LE(max_error(lse, want_lse), 0.05);
+    expect_idle_rows_empty(model, model_lse, want_again, want_lse_again, c.head_dim);
+    // The rows with keys within twice the framework's error, as on every 16-bit path.
+    EXPECT_LE(max_error(out, want), 2 * max_error(model, want) + 1e-7);
+    EXPECT_LE(max_error(lse, want_lse), 2 * max_error(model_lse, want_lse) + 1e-6);
   }
 }
 
@@ -2312,6 +2319,8 @@ TYPED_TEST(HalfCache, Fp8TokensOfSpreadScalesWithinTwiceFrameworkError) {
 #if KOKKOSMLA_ENABLE_SM80
   EXPECT_GT(ran[Path::DecodeTensorSm80], 0);
 #endif
+  if (cases_that_ran(ran) == 0)
+    GTEST_SKIP() << "no 16-bit tensor-core cache path in this build or on this GPU";
 }
 
 /// Random (B, Tq, topk) lists over the case's sequences: -1 entries, repeats,
@@ -2458,6 +2467,8 @@ TYPED_TEST(HalfCache, SparseOnTensorPathsEqualsDenseOverListedRows) {
 #endif
   std::cout << "[ sparse tensor paths ] DecodeSm90 ran " << ran[Path::DecodeSm90]
             << " cases, DecodeTensorSm80 " << ran[Path::DecodeTensorSm80] << "\n";
+  if (cases_that_ran(ran) == 0)
+    GTEST_SKIP() << "no 16-bit tensor-core cache path in this build or on this GPU";
 }
 #endif
 

@@ -182,8 +182,8 @@ TEST(Tf32, IgnoredOffTheTensorCorePath) {
     const Result with = run_plan<Space>(p, tf32), without = run_plan<Space>(p, {});
     EXPECT_EQ(with.plan.find("tf32"), std::string::npos) << with.plan;
     EXPECT_NE(with.path, Path::FlashTensorSm80) << with.plan;
-    for (std::size_t i = 0; i < with.out.size(); ++i)
-      ASSERT_EQ(with.out[i], without.out[i]) << "element " << i;
+    EXPECT_EQ(with.out, without.out);
+    EXPECT_EQ(with.lse, without.lse);
   }
 }
 
@@ -283,6 +283,7 @@ TYPED_TEST(HalfPrecision, EveryTensorPathWithinTwiceFrameworkError) {
 #endif
   std::cout << "[ tensor paths ] FlashSm90 ran " << ran[Path::FlashSm90] << " cases, FlashTensorSm80 "
             << ran[Path::FlashTensorSm80] << "\n";
+  if (cases_that_ran(ran) == 0) GTEST_SKIP() << "no 16-bit tensor-core path in this build or on this GPU";
 }
 
 TYPED_TEST(HalfPrecision, HostWithinTwiceFrameworkError) {
