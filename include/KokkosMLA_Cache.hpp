@@ -194,7 +194,8 @@ class PackedQueries;
 /// sequences' tokens into a float cache, runs a float CachePlan and rounds out
 /// to Scalar. FP8 caches (shape.storage not Native) of DeepSeek's widths take
 /// the same tensor-core kernels with 16-bit Scalars (dequantised tile by tile;
-/// the mma.sync kernel needs the large team scratch); every other FP8 case
+/// DecodeSm90 needs the large team scratch, the mma.sync kernel runs on any
+/// Kokkos, in 32-key steps where the scratch holds them); every other FP8 case
 /// takes Path::Widened: the tokens dequantised into a cache of
 /// compute_type<Scalar>, a plan of that type run on it.
 template <class Scalar, class ExecSpace = Kokkos::DefaultExecutionSpace>
