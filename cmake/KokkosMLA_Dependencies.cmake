@@ -4,9 +4,11 @@
 # trilinos_kokkos* targets without include directories, and a Kokkos::kokkos
 # whose include directory is computed one level off (/usr/lib/include); the
 # shim below points both at the real headers.
+# An installed package's config sets KokkosMLA_KOKKOS_HINT and
+# KokkosMLA_KOKKOSKERNELS_HINT to the packages it was built with.
 macro(kokkosmla_find_dependencies)
-  find_package(Kokkos REQUIRED)
-  find_package(KokkosKernels REQUIRED)
+  find_package(Kokkos REQUIRED HINTS "${KokkosMLA_KOKKOS_HINT}")
+  find_package(KokkosKernels REQUIRED HINTS "${KokkosMLA_KOKKOSKERNELS_HINT}")
   if(Kokkos_ENABLE_CUDA)
     find_package(CUDAToolkit REQUIRED)  # cuBLAS, for 16-bit GEMMs
   endif()

@@ -3,7 +3,7 @@
 # Kokkos and Kokkos Kernels (Trilinos build), OpenBLAS, GoogleTest, Google
 # Benchmark, CMake and C++/Fortran compilers. Installs only what is missing; safe to rerun.
 set -euo pipefail
-packages=(build-essential gfortran cmake ninja-build git
+packages=(build-essential gfortran cmake git
           libtrilinos-kokkos-dev libtrilinos-kokkos-kernels-dev
           libopenblas-dev libgtest-dev libbenchmark-dev libopenmpi-dev openmpi-bin)
 missing=()
