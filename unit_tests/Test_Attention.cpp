@@ -539,6 +539,28 @@ TYPED_TEST(AttentionTyped, WeightSlicesAreReadInPlace) {
   EXPECT_GE(paths, 4);
 }
 
+// Weights of one latent row and one head in LayoutLeft are row-major (one
+// extent above 1) and read in place, with a row stride of 1: less than the
+// row's width, which BLAS refuses for any matrix (it printed an error and left
+// K unwritten, found by the long fuzz run). Every prefill path, against the
+// reference, with latents of one row too (one key).
+TYPED_TEST(AttentionTyped, WeightsOfOneRowAndHeadInLayoutLeftMatchReference) {
+  using T = TypeParam;
+  for (const Shape& s : {Shape{3, 2, 2, 1, 130, 1}, Shape{1, 1, 1, 1, 33, 1}, Shape{2, 4, 6, 1, 8, 1}}) {
+    SCOPED_TRACE(to_string(s));
+    Problem<T> p(s, 47);
+    const auto left_uk = in_layout(p.w_uk, Layout::Left), left_uv = in_layout(p.w_uv, Layout::Left);
+    EXPECT_TRUE(Impl::reads_weights_in_place(left_uk));
+    const std::vector<double> want = reference(p);
+    const int paths = for_each_prefill_path<T>(s, [&](const Plan<T, Space>& plan) {
+      Problem<T>::poison(p.out);
+      plan.execute(Space(), p.q, p.latent, left_uk, left_uv, p.out);
+      EXPECT_TRUE(close(Problem<T>::host_copy(p.out), want, tolerance<T>(), s)) << plan.describe();
+    });
+    EXPECT_GE(paths, 4);
+  }
+}
+
 TYPED_TEST(AttentionTyped, RepeatedRunsAreBitwiseEqual) {
   const Shape s{2, 33, 33, 4, 8, 24};
   for (Algorithm a : kAlgorithms) {

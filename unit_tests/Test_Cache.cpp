@@ -1171,6 +1171,38 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
   EXPECT_GE(runs, 16);
 }
 
+// Weights of one latent row and one head in LayoutLeft (row-major, read in
+// place, with a row stride of 1, which BLAS refuses below a row's width):
+// every dense path this backend has, against the reference
+// (AttentionTyped.WeightsOfOneRowAndHeadInLayoutLeftMatchReference for prefill).
+TYPED_TEST(Cache, WeightsOfOneRowAndHeadInLayoutLeftMatchReference) {
+  using T = TypeParam;
+  const CacheCase c{2, 2, 1, 9, 1, 0, 12, 4, false, {12, 5}};
+  int runs = 0;
+  for (Path path : kDensePaths) {
+    SCOPED_TRACE(to_string(path));
+    const Logical l(c, 990);
+    const DeviceCache<T> dc(l, 990);
+    const CacheArguments<T> a = arguments(l, dc);
+    Options opt;
+    opt.path = path;
+    std::unique_ptr<CachePlan<T>> plan;
+    try {
+      plan = std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
+    } catch (const std::invalid_argument&) {
+      continue;  // not a path of this backend
+    }
+    ++runs;
+    auto left = Impl::strided(a);
+    left.w_uk = in_layout(a.w_uk, Layout::Left);
+    left.w_uv = in_layout(a.w_uv, Layout::Left);
+    EXPECT_TRUE(Impl::reads_weights_in_place(left.w_uk));
+    plan->execute(Space(), left);
+    expect_matches_reference(l, a, opt);
+  }
+  EXPECT_GE(runs, 2);
+}
+
 // Query-side views of every layout (LayoutLeft copies, slices of wider
 // arrays with odd padding in every dimension, unit stride in the last) give
 // the contiguous row-major result bit for bit, through CachePlan::execute,

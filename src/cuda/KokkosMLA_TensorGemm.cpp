@@ -103,6 +103,7 @@ template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
                        HeadMatrices<T> c, FloatGemm float_gemm, double alpha) {
+  fit_single_row_strides(rows, cols, inner, transpose_b, a.ld, b.ld, c.ld);
   require_int_head_gemm_extents({heads, rows, cols, inner, a.ld, b.ld, c.ld});
   const HandleOnStream h(exec);
   using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;

@@ -59,6 +59,8 @@ void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t co
   using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
   using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
+  std::int64_t ldc = cols;
+  fit_single_row_strides(rows, cols, inner, false, lda, ldb, ldc);
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
     tensor_gemm(exec, rows, cols, inner, a, lda, b, ldb, c, float_gemm);
@@ -98,10 +100,7 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
-  if (rows == 1) {  // one row's stride means nothing, but BLAS checks it against the row's width
-    a.ld = inner;
-    c.ld = cols;
-  }
+  fit_single_row_strides(rows, cols, inner, transpose_b, a.ld, b.ld, c.ld);
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
     tensor_gemm_heads(exec, heads, rows, cols, inner, a, b, transpose_b, c, float_gemm, alpha);

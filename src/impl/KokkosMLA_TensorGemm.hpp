@@ -89,6 +89,20 @@ HeadMatrices<T> head_matrices(HeadRows<T> r) {
   return {r.ptr, r.row, r.head};
 }
 
+/// The row strides of a row-major GEMM c (rows x cols) = a (rows x inner)
+/// op(b) (b inner x cols, or cols x inner transposed) as BLAS takes them: a
+/// matrix of one row may have any row stride (one row of a LayoutLeft view,
+/// or a weight of one latent row and one head, gives 1), but BLAS checks
+/// every leading dimension against the row's width, so such a matrix gets its width.
+inline void fit_single_row_strides(std::int64_t rows, std::int64_t cols, std::int64_t inner, bool transpose_b,
+                                   std::int64_t& lda, std::int64_t& ldb, std::int64_t& ldc) {
+  if (rows == 1) {
+    lda = inner;
+    ldc = cols;
+  }
+  if (transpose_b ? cols == 1 : inner == 1) ldb = transpose_b ? inner : cols;
+}
+
 }  // namespace Impl
 }  // namespace KokkosMLA
 
