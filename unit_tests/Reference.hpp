@@ -11,6 +11,7 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <initializer_list>
 #include <map>
@@ -407,6 +408,13 @@ void expect_concurrent_equals_sequential(RunA run_a, RunB run_b, ReadA read_a, R
   inst[1].fence();
   EXPECT_EQ(read_a(), want_a);
   EXPECT_EQ(read_b(), want_b);
+}
+
+/// An unsigned number from the environment variable `name`, or `fallback`
+/// where it is not set (the randomised tests' seed and case count).
+inline std::uint64_t env_or(const char* name, std::uint64_t fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::strtoull(v, nullptr, 10) : fallback;
 }
 
 /// How many cases ran on any path of `ran` (expect_runs_or_refuses' counts): a

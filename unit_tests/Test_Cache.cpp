@@ -818,9 +818,11 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
 /// Random legal problems: every extent, page size, layout and split count.
 TYPED_TEST(Cache, RandomProblemsMatchReference) {
   using T = TypeParam;
-  std::mt19937_64 rng(2024);
+  // CI runs 40 problems; a long run: KOKKOSMLA_CACHE_FUZZ_CASES=5000 KOKKOSMLA_CACHE_FUZZ_SEED=$RANDOM.
+  std::mt19937_64 rng(env_or("KOKKOSMLA_CACHE_FUZZ_SEED", 2024));
   auto pick = [&](int lo, int hi) { return int(std::uniform_int_distribution<int>(lo, hi)(rng)); };
-  for (int trial = 0; trial < 40; ++trial) {
+  const int trials = int(env_or("KOKKOSMLA_CACHE_FUZZ_CASES", 40));
+  for (int trial = 0; trial < trials; ++trial) {
     CacheCase c;
     c.batch = pick(1, 4);
     c.queries = pick(1, 4);

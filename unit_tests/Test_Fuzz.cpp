@@ -16,11 +16,6 @@ namespace KokkosMLA {
 namespace Test {
 namespace {
 
-std::uint64_t env_or(const char* name, std::uint64_t fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::strtoull(v, nullptr, 10) : fallback;
-}
-
 /// Sizes from 1 to `most`, biased to small values, primes and tile edges.
 std::int64_t draw_extent(std::mt19937_64& rng, std::int64_t most) {
   static const std::int64_t special[] = {1,  2,  3,  7,  8,  13,  16,  17,  31,
