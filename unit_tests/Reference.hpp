@@ -439,15 +439,14 @@ void expect_runs_or_refuses(Path path, std::map<Path, int>& ran, Check&& check) 
   }
 }
 
-/// Whether a plan of s with opt exists on this backend: a forced path it
-/// lacks, or that does not take s, refuses with std::invalid_argument.
+/// A plan of s under opt, or null where this backend has none (a forced
+/// path it lacks, or that does not take s, refuses with std::invalid_argument).
 template <class T>
-bool plan_takes(const Shape& s, const Options& opt) {
+std::unique_ptr<Plan<T, Space>> plan_if_taken(const Shape& s, const Options& opt) {
   try {
-    Plan<T, Space>(Space(), s, opt);
-    return true;
+    return std::make_unique<Plan<T, Space>>(Space(), s, opt);
   } catch (const std::invalid_argument&) {
-    return false;
+    return nullptr;
   }
 }
 
@@ -461,12 +460,8 @@ int for_each_prefill_path(const Shape& s, Run run) {
     SCOPED_TRACE(to_string(path));
     Options opt;
     opt.path = path;
-    std::unique_ptr<Plan<T, Space>> plan;
-    try {
-      plan = std::make_unique<Plan<T, Space>>(Space(), s, opt);
-    } catch (const std::invalid_argument&) {
-      continue;  // not a path of this backend
-    }
+    const std::unique_ptr<Plan<T, Space>> plan = plan_if_taken<T>(s, opt);
+    if (!plan) continue;  // not a path of this backend
     ++paths;
     run(*plan);
   }

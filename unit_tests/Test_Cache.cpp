@@ -369,6 +369,18 @@ std::vector<CacheCase> cases() {
 
 /// The paths of dense attention over a native cache, each forced in turn by
 /// the tests of every path (those a backend lacks are skipped).
+/// A CachePlan of a's problem under opt, or null where this backend has
+/// none (a forced path it lacks, or that does not take the case, refuses it);
+/// the cache twin of Reference.hpp's plan_if_taken.
+template <class T>
+std::unique_ptr<CachePlan<T>> plan_if_taken(const CacheArguments<T>& a, const Options& opt) {
+  try {
+    return std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
+  } catch (const std::invalid_argument&) {
+    return nullptr;
+  }
+}
+
 const std::vector<Path> kDensePaths = {Path::CacheHost, Path::CacheGemm, Path::CacheBlocked,
                                        Path::CacheRegisters, Path::CacheLatent};
 
@@ -742,11 +754,7 @@ TYPED_TEST(Cache, SinksOnEveryPathMatchReference) {
         a.sinks = device_sinks<T>(sinks);
         Options opt;
         opt.path = path;
-        try {
-          CachePlan<T>(Space(), cache_shape(a), opt);
-        } catch (const std::invalid_argument&) {
-          continue;  // the path does not take the case here
-        }
+        if (!plan_if_taken(a, opt)) continue;  // the path does not take the case here
         ++ran;
         if (with_lse) {
           expect_listed(
@@ -1127,12 +1135,8 @@ TYPED_TEST(Cache, AlignedOutputSlicesAreWrittenInPlace) {
           Options opt;
           opt.kv_splits = splits;
           opt.path = path;
-          std::unique_ptr<CachePlan<T>> plan;
-          try {
-            plan = std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
-          } catch (const std::invalid_argument&) {
-            continue;  // not a path of this backend
-          }
+          const std::unique_ptr<CachePlan<T>> plan = plan_if_taken(a, opt);
+          if (!plan) continue;  // not a path of this backend
           ++runs;
           plan->execute(Space(), a);
           const std::vector<double> want = Problem<T>::host_copy(a.out),
@@ -1188,12 +1192,8 @@ TYPED_TEST(Cache, WeightsOfOneRowAndHeadInLayoutLeftMatchReference) {
     const CacheArguments<T> a = arguments(l, dc);
     Options opt;
     opt.path = path;
-    std::unique_ptr<CachePlan<T>> plan;
-    try {
-      plan = std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
-    } catch (const std::invalid_argument&) {
-      continue;  // not a path of this backend
-    }
+    const std::unique_ptr<CachePlan<T>> plan = plan_if_taken(a, opt);
+    if (!plan) continue;  // not a path of this backend
     ++runs;
     auto left = Impl::strided(a);
     left.w_uk = in_layout(a.w_uk, Layout::Left);
