@@ -367,8 +367,6 @@ std::vector<CacheCase> cases() {
   };
 }
 
-/// The paths of dense attention over a native cache, each forced in turn by
-/// the tests of every path (those a backend lacks are skipped).
 /// A CachePlan of a's problem under opt, or null where this backend has
 /// none (a forced path it lacks, or that does not take the case, refuses it);
 /// the cache twin of Reference.hpp's plan_if_taken.
@@ -381,6 +379,8 @@ std::unique_ptr<CachePlan<T>> plan_if_taken(const CacheArguments<T>& a, const Op
   }
 }
 
+/// The paths of dense attention over a native cache, each forced in turn by
+/// the tests of every path (those a backend lacks are skipped).
 const std::vector<Path> kDensePaths = {Path::CacheHost, Path::CacheGemm, Path::CacheBlocked,
                                        Path::CacheRegisters, Path::CacheLatent};
 
@@ -826,7 +826,7 @@ TYPED_TEST(Cache, EveryPathThatTakesACaseMatchesReference) {
 /// Random legal problems: every extent, page size, layout and split count.
 TYPED_TEST(Cache, RandomProblemsMatchReference) {
   using T = TypeParam;
-  // CI runs 40 problems; a long run: KOKKOSMLA_CACHE_FUZZ_CASES=5000 KOKKOSMLA_CACHE_FUZZ_SEED=$RANDOM.
+  // CI runs 40 problems; a long run: KOKKOSMLA_CACHE_FUZZ_CASES=100000 KOKKOSMLA_CACHE_FUZZ_SEED=$RANDOM.
   std::mt19937_64 rng(env_or("KOKKOSMLA_CACHE_FUZZ_SEED", 2024));
   auto pick = [&](int lo, int hi) { return int(std::uniform_int_distribution<int>(lo, hi)(rng)); };
   const int trials = int(env_or("KOKKOSMLA_CACHE_FUZZ_CASES", 40));
