@@ -19,10 +19,16 @@ namespace Impl {
 /// team per token row, its threads along the row: the row's address is
 /// worked out once (64-bit divisions per value took the gather of a B = 128,
 /// S = 4096 cache to milliseconds on the H200), and reads and writes are
-/// coalesced.
+/// coalesced. A GPU thread loads all its values of the row before it stores
+/// any: the compiler cannot tell `to` from the cache, so element by element
+/// each load waited behind the previous store, one read in flight a thread.
 template <class ExecSpace, class T, class C>
 struct GatherKernel {
   using Member = typename Kokkos::TeamPolicy<ExecSpace>::member_type;
+  /// Threads of a GPU team, and values each loads before it stores: a
+  /// 576-wide row in one pass. Host teams (one thread) copy value by value.
+  static constexpr int kGpuThreads = 64;
+  static constexpr int kBatch = is_host_space<ExecSpace>() ? 1 : 9;
 
   LatentKeys<T> from;
   C* to;
@@ -43,8 +49,19 @@ struct GatherKernel {
     const std::int64_t row = from.row(b, s);
     const T* const latent = from.latent + row * from.latent_ld;
     const std::int64_t rope_at = row * from.rope_ld - rank;  // value c >= rank at from.rope[rope_at + c]
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, width), [&](const std::int64_t c) {
-      row_to[c] = C(c < rank ? latent[c] : from.rope[rope_at + c]);
+    const int groups = int((width + kBatch - 1) / kBatch);   // group g: values g, g + groups, ...
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, groups), [&](const int g) {
+      C v[kBatch] = {};
+      KOKKOSMLA_UNROLL
+      for (int u = 0; u < kBatch; ++u) {
+        const std::int64_t c = g + std::int64_t(u) * groups;
+        if (c < width) v[u] = C(c < rank ? latent[c] : from.rope[rope_at + c]);
+      }
+      KOKKOSMLA_UNROLL
+      for (int u = 0; u < kBatch; ++u) {
+        const std::int64_t c = g + std::int64_t(u) * groups;
+        if (c < width) row_to[c] = v[u];
+      }
     });
   }
 };
@@ -52,8 +69,7 @@ struct GatherKernel {
 /// Gathers k's sequences on exec (GatherKernel).
 template <class ExecSpace, class T, class C>
 void gather_tokens(const ExecSpace& exec, const char* label, const GatherKernel<ExecSpace, T, C>& k) {
-  constexpr int kThreads = 64;  // 9 values a thread of a 576-wide row
-  launch(exec, label, k, kThreads, 0);
+  launch(exec, label, k, GatherKernel<ExecSpace, T, C>::kGpuThreads, 0);
 }
 
 }  // namespace Impl
