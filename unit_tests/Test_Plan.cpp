@@ -56,12 +56,19 @@ TYPED_TEST(PlanTest, AutoResolvesToARealAlgorithm) {
   EXPECT_EQ(choose_algorithm<TypeParam>(Space(), tiny), host ? Algorithm::Decompressed : Algorithm::Fused);
 }
 
-TYPED_TEST(PlanTest, DescribeNamesAlgorithmAndTiles) {
-  Plan<TypeParam, Space> plan(Space(), Shape{2, 32, 32, 4, 16, 24});
-  const std::string d = plan.describe();
-  EXPECT_NE(d.find("algorithm=" + to_string(plan.algorithm())), std::string::npos) << d;
-  EXPECT_NE(d.find("query_tile="), std::string::npos) << d;
-  EXPECT_DOUBLE_EQ(plan.scale(), 0.25);
+TYPED_TEST(PlanTest, DescribeNamesPathAlgorithmAndWorkDivision) {
+  // Every path, the one-row kernel with no tiles too, says what runs and how
+  // the work is divided.
+  for (Algorithm a : kAlgorithms) {
+    Options opt;
+    opt.algorithm = a;
+    Plan<TypeParam, Space> plan(Space(), Shape{2, 32, 32, 4, 16, 24}, opt);
+    const std::string d = plan.describe();
+    EXPECT_NE(d.find("path=" + to_string(plan.path()) + " "), std::string::npos) << d;
+    EXPECT_NE(d.find("algorithm=" + to_string(a)), std::string::npos) << d;
+    EXPECT_NE(d.find("team_size="), std::string::npos) << d;
+    EXPECT_DOUBLE_EQ(plan.scale(), 0.25);
+  }
 }
 
 }  // namespace
