@@ -439,15 +439,22 @@ void expect_runs_or_refuses(Path path, std::map<Path, int>& ran, Check&& check) 
   }
 }
 
-/// A plan of s under opt, or null where this backend has none (a forced
-/// path it lacks, or that does not take s, refuses with std::invalid_argument).
-template <class T>
-std::unique_ptr<Plan<T, Space>> plan_if_taken(const Shape& s, const Options& opt) {
+/// A plan (Plan, CachePlan) built on Space() from args, or null where this
+/// backend has none: a forced path it lacks, or that does not take the
+/// problem, refuses with std::invalid_argument.
+template <class P, class... Args>
+std::unique_ptr<P> plan_or_null(const Args&... args) {
   try {
-    return std::make_unique<Plan<T, Space>>(Space(), s, opt);
+    return std::make_unique<P>(Space(), args...);
   } catch (const std::invalid_argument&) {
     return nullptr;
   }
+}
+
+/// A plan of s under opt, or null where this backend has none.
+template <class T>
+std::unique_ptr<Plan<T, Space>> plan_if_taken(const Shape& s, const Options& opt) {
+  return plan_or_null<Plan<T, Space>>(s, opt);
 }
 
 /// Calls run(plan) with a plan of s for every prefill path this backend

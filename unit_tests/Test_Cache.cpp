@@ -367,16 +367,10 @@ std::vector<CacheCase> cases() {
   };
 }
 
-/// A CachePlan of a's problem under opt, or null where this backend has
-/// none (a forced path it lacks, or that does not take the case, refuses it);
-/// the cache twin of Reference.hpp's plan_if_taken.
+/// A CachePlan of a's problem under opt, or null where this backend has none.
 template <class T>
 std::unique_ptr<CachePlan<T>> plan_if_taken(const CacheArguments<T>& a, const Options& opt) {
-  try {
-    return std::make_unique<CachePlan<T>>(Space(), cache_shape(a, opt), opt);
-  } catch (const std::invalid_argument&) {
-    return nullptr;
-  }
+  return plan_or_null<CachePlan<T>>(cache_shape(a, opt), opt);
 }
 
 /// The paths of dense attention over a native cache, each forced in turn by
