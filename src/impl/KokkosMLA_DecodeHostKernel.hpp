@@ -50,12 +50,13 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
     const T log2e = T(1.4426950408889634);
     const int* positions =
         this->indices ? this->indices + (k.b * this->queries + k.t0) * this->topk : nullptr;
-    for (int i = 0; i < rows; ++i) {
-      const std::int64_t at = this->row_index(k, i);
-      f.put_query(t, i, this->workspace + at * r, 0, r, log2e);
-      if (dr > 0) f.put_query(t, i, this->query_rope(k, i), r, dr, this->scale * log2e);
+    f.put_queries(
+        t, rows, [&](int i) { return this->workspace + this->row_index(k, i) * r; }, 0, r, log2e);
+    if (dr > 0)
+      f.put_queries(
+          t, rows, [&](int i) { return this->query_rope(k, i); }, r, dr, this->scale * log2e);
+    for (int i = 0; i < rows; ++i)
       t.last[i] = typename Flash::I(positions ? this->topk - 1 : this->last_key(k, i));
-    }
 
     const auto& c = this->cache;
     const KeyRange range = this->key_range(k);

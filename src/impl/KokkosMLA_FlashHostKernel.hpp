@@ -2,9 +2,13 @@
 #define KOKKOSMLA_FLASHHOSTKERNEL_HPP
 // Flash attention over decompressed keys and values on CPUs (the second half
 // of Algorithm::Decompressed on host backends): one team of one thread per
-// (batch, head, query tile of HostFlash::kRows rows), its tiles in team
-// scratch, the products on the core's vector unit (KokkosMLA_HostFlash.hpp).
-// K and V rows are read where the decompression GEMM left them.
+// (batch, head, query tile of kGroups row groups of HostFlash::kRows rows),
+// its tiles in team scratch, the products on the core's vector unit
+// (KokkosMLA_HostFlash.hpp). K and V rows are read where the decompression
+// GEMM left them, a head's rows H D elements apart: each key tile is staged
+// once into padded rows and serves every row group of the team before the
+// next is read, so that a head's keys and values (2 S D elements, more than
+// a core's L2 at long S) come from memory once per kGroups * kRows queries.
 
 #include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_HostFlash.hpp"
@@ -20,7 +24,9 @@ struct FlashHostKernel {
   using Flash = HostFlash<T>;
   using ScratchView =
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
-  static constexpr int kRows = Flash::kRows;
+  static constexpr int kRows = Flash::kRows;  ///< query rows of a row group
+  static constexpr int kGroups = 4;           ///< row groups of a team, sharing each staged key tile
+  static constexpr int kTeamRows = kGroups * kRows;
 
   HeadRows<const T> q;  // (B, T, H, D)
   const T* k;           // (B, S, H, D)
@@ -32,10 +38,16 @@ struct FlashHostKernel {
   bool causal;
   int scratch_level = 0;
 
-  /// K and V rows of one head lie H D elements apart: staged (HostFlash).
-  Flash flash() const { return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim), true); }
-  std::size_t scratch_bytes() const { return ScratchView::shmem_size(flash().scratch_elements()); }
-  int query_tiles() const { return int((queries + kRows - 1) / kRows); }
+  /// A row group's tiles; the first group's scratch also holds the staged key and value tiles.
+  Flash flash(bool staged) const {
+    return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim), staged);
+  }
+  int groups() const { return int(min_of<std::int64_t>(kGroups, (queries + kRows - 1) / kRows)); }
+  std::size_t scratch_elements() const {
+    return flash(true).scratch_elements() + std::size_t(groups() - 1) * flash(false).scratch_elements();
+  }
+  std::size_t scratch_bytes() const { return ScratchView::shmem_size(scratch_elements()); }
+  int query_tiles() const { return int((queries + kTeamRows - 1) / kTeamRows); }
   std::int64_t league_size() const { return batch * heads * query_tiles(); }
 
   void operator()(const Member& team) const {
@@ -45,42 +57,59 @@ struct FlashHostKernel {
     const int qt = nqt - 1 - int(league % nqt);
     const std::int64_t h = (league / nqt) % heads;
     const std::int64_t b = league / (std::int64_t(nqt) * heads);
-    const std::int64_t t0 = std::int64_t(qt) * kRows;
-    const int rows = int(min_of<std::int64_t>(kRows, queries - t0));
+    const std::int64_t t0 = std::int64_t(qt) * kTeamRows;
+    const int team_rows = int(min_of<std::int64_t>(kTeamRows, queries - t0));
+    const int ng = (team_rows + kRows - 1) / kRows;
     const std::int64_t offset = keys - queries;  // query t sits at key position offset + t
     const int d = int(dim);
 
-    const Flash f = flash();
-    ScratchView scratch(team.team_scratch(scratch_level), f.scratch_elements());
-    const typename Flash::Tiles t = f.tiles(scratch.data());
-    f.start(t);
+    const Flash staged = flash(true), f = flash(false);
+    ScratchView scratch(team.team_scratch(scratch_level), scratch_elements());
+    typename Flash::Tiles t[kGroups];
+    std::int64_t key_end[kGroups] = {};  // keys a group's rows see
+    T* at = scratch.data();
     const T to_log2 = scale * T(1.4426950408889634);  // the kernel's exponentials are base 2
-    for (int i = 0; i < rows; ++i) {
-      f.put_query(t, i, q.at(b * queries + t0 + i, h), 0, d, to_log2);
-      t.last[i] = typename Flash::I(causal ? offset + t0 + i : keys - 1);
+    for (int g = 0; g < ng; ++g) {
+      const Flash& layout = g == 0 ? staged : f;
+      t[g] = layout.tiles(at);
+      at += layout.scratch_elements();
+      t[g].positions = t[0].positions;  // one tile's key positions serve every group
+      f.start(t[g]);
+      const std::int64_t r0 = t0 + g * kRows;
+      const int rows = int(min_of<std::int64_t>(kRows, queries - r0));
+      f.put_queries(
+          t[g], rows, [&](int i) { return q.at(b * queries + r0 + i, h); }, 0, d, to_log2);
+      for (int i = 0; i < rows; ++i) t[g].last[i] = typename Flash::I(causal ? offset + r0 + i : keys - 1);
+      key_end[g] = causal ? min_of(keys, offset + r0 + rows) : keys;
     }
 
-    const std::int64_t key_end = causal ? min_of(keys, offset + t0 + rows) : keys;
     const T* key_rows[Flash::kKeys];
     const T* value_rows[Flash::kKeys];
-    for (std::int64_t s0 = 0; s0 < key_end; s0 += Flash::kKeys) {
-      const int n = int(min_of<std::int64_t>(Flash::kKeys, key_end - s0));
+    for (std::int64_t s0 = 0; s0 < key_end[ng - 1]; s0 += Flash::kKeys) {
+      const int n = int(min_of<std::int64_t>(Flash::kKeys, key_end[ng - 1] - s0));
       for (int j = 0; j < n; ++j) {
-        const std::int64_t at = ((b * keys + s0 + j) * heads + h) * dim;
-        key_rows[j] = k + at;
-        value_rows[j] = v + at;
-        t.positions[j] = typename Flash::I(s0 + j);
+        const std::int64_t at_key = ((b * keys + s0 + j) * heads + h) * dim;
+        key_rows[j] = k + at_key;
+        value_rows[j] = v + at_key;
+        t[0].positions[j] = typename Flash::I(s0 + j);
       }
-      f.stage(key_rows, n, d, t.keys, key_rows);
-      f.stage(value_rows, n, d, t.values, value_rows);
-      f.scores(t, key_rows, n, 0, d, false);
-      f.softmax(t, n);
-      f.accumulate(t, value_rows, n);
+      staged.stage(key_rows, n, d, t[0].keys, key_rows);
+      staged.stage(value_rows, n, d, t[0].values, value_rows);
+      for (int g = 0; g < ng; ++g) {
+        if (s0 >= key_end[g]) continue;  // past every key of the group's rows
+        const int seen = int(min_of<std::int64_t>(n, key_end[g] - s0));
+        f.scores(t[g], key_rows, seen, 0, d, false);
+        f.softmax(t[g], seen);
+        f.accumulate(t[g], value_rows, seen);
+      }
     }
-    for (int i = 0; i < rows; ++i) {
-      const std::int64_t token = b * queries + t0 + i;
-      f.finish_row(t, i, out.at(token, h));
-      if (lse) lse.at(token, h) = reported_lse(Flash::row_lse(t, i));
+    for (int g = 0; g < ng; ++g) {
+      const std::int64_t r0 = t0 + g * kRows;
+      for (int i = 0; i < int(min_of<std::int64_t>(kRows, queries - r0)); ++i) {
+        const std::int64_t token = b * queries + r0 + i;
+        f.finish_row(t[g], i, out.at(token, h));
+        if (lse) lse.at(token, h) = reported_lse(Flash::row_lse(t[g], i));
+      }
     }
   }
 };

@@ -123,9 +123,21 @@ struct HostFlash {
     for (int d = 0; d < (width > out_width ? width : out_width); ++d) t.zero[d] = T(0);
   }
 
-  /// Qt's columns from .. from + length of row i: factor times `row`'s elements.
-  void put_query(const Tiles& t, int i, const T* row, int from, int length, T factor) const {
-    for (int c = 0; c < length; ++c) t.qt[(from + c) * row_pad + i] = factor * row[c];
+  /// Qt's columns from .. from + length of rows 0 .. n: factor times the
+  /// elements of row(i), a pointer. A vector of rows at a time, one column
+  /// each store: stores a row apart (row_pad elements) would each touch
+  /// another line of Qt.
+  template <class Row>
+  void put_queries(const Tiles& t, int n, Row row, int from, int length, T factor) const {
+    for (int i0 = 0; i0 < n; i0 += kLanes) {
+      const T* r[kLanes];
+      for (int l = 0; l < kLanes; ++l) r[l] = i0 + l < n ? row(i0 + l) : t.zero;  // padding rows stay 0
+      for (int c = 0; c < length; ++c) {
+        V x;
+        for (int l = 0; l < kLanes; ++l) x[l] = r[l][c];
+        store_vector(t.qt + std::size_t(from + c) * row_pad + i0, factor * x);
+      }
+    }
   }
 
   /// Copies n rows of `length` elements into a staged tile (t.keys or
@@ -216,21 +228,22 @@ struct HostFlash {
     }
   }
 
-  /// O = O * factor + P V over the tile's n keys (rows values[j], out_width elements).
+  /// O = O * factor + P V over the tile's n keys (rows values[j], out_width
+  /// elements). Column blocks outside, row blocks inside: one block's columns
+  /// of the tile's values stay in L1 while every row block reads them.
   void accumulate(const Tiles& t, const T* const* values, int n) const {
     const int whole = out_width / kLanes * kLanes;
-    for (int i0 = 0; i0 < row_pad; i0 += kOutRows) {
-      int c0 = 0;
-      for (; c0 + kOutVectors * kLanes <= whole; c0 += kOutVectors * kLanes)
-        accumulate_block<kOutVectors>(t, values, n, i0, c0);
-      for (; c0 < whole; c0 += kLanes) accumulate_block<1>(t, values, n, i0, c0);
-      for (; c0 < out_width; ++c0)  // columns past the last whole vector, one by one
-        for (int i = i0; i < i0 + kOutRows; ++i) {
-          T x = t.o[i * out_ld + c0] * t.factor[i];
-          for (int j = 0; j < n; ++j) x += t.st[j * row_pad + i] * values[j][c0];
-          t.o[i * out_ld + c0] = x;
-        }
-    }
+    int c0 = 0;
+    for (; c0 + kOutVectors * kLanes <= whole; c0 += kOutVectors * kLanes)
+      for (int i0 = 0; i0 < row_pad; i0 += kOutRows) accumulate_block<kOutVectors>(t, values, n, i0, c0);
+    for (; c0 < whole; c0 += kLanes)
+      for (int i0 = 0; i0 < row_pad; i0 += kOutRows) accumulate_block<1>(t, values, n, i0, c0);
+    for (; c0 < out_width; ++c0)  // columns past the last whole vector, one by one
+      for (int i = 0; i < row_pad; ++i) {
+        T x = t.o[i * out_ld + c0] * t.factor[i];
+        for (int j = 0; j < n; ++j) x += t.st[j * row_pad + i] * values[j][c0];
+        t.o[i * out_ld + c0] = x;
+      }
   }
 
   template <int NV>

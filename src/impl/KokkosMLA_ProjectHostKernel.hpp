@@ -47,7 +47,7 @@ struct ProjectHostKernel {
     auto out = [&](int i) { return to.at(r0 + i, h); };
     const T* weight_rows[Flash::kKeys];
     if (Absorb) {
-      for (int i = 0; i < n_rows; ++i) f.put_query(t, i, in(i), 0, d, alpha);
+      f.put_queries(t, n_rows, in, 0, d, alpha);
     } else {
       for (int i = 0; i < f.row_pad; ++i) t.factor[i] = T(1);
     }

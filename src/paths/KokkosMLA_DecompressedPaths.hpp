@@ -265,8 +265,9 @@ class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace>
   std::string describe() const override {
     const Kernel k = prototype();
     std::ostringstream o;
-    o << "team_size=1 query_tile=" << Kernel::kRows << " flash=host key_tile=" << Kernel::Flash::kKeys
-      << " vector=" << KOKKOSMLA_HOST_VECTOR_BYTES << "B scratch=" << k.scratch_bytes() << "B@level"
+    o << "team_size=1 query_tile=" << Kernel::kTeamRows << " row_groups=" << k.groups()
+      << " flash=host key_tile=" << Kernel::Flash::kKeys << " vector=" << KOKKOSMLA_HOST_VECTOR_BYTES
+      << "B scratch=" << k.scratch_bytes() << "B@level"
       << this->problem_.backend.level_holding(k.scratch_bytes());
     return o.str();
   }
