@@ -164,9 +164,12 @@ struct HostFlash {
     }
   }
 
-  /// Keys per score block for nv vectors of rows: about kAccumulators / nv, a power of two.
+  /// Keys per score block for nv vectors of rows: about kAccumulators / nv, a
+  /// power of two, at most 8: each key is a pointer the loop holds, and 16 of
+  /// them outnumber the general registers (the compiler parked ten in vector
+  /// registers, a move beside each FMA on the FMA ports).
   static constexpr int score_keys(int nv) {
-    return kAccumulators / nv >= 16 ? 16 : kAccumulators / nv >= 8 ? 8 : kAccumulators / nv >= 4 ? 4 : 2;
+    return kAccumulators / nv >= 8 ? 8 : kAccumulators / nv >= 4 ? 4 : 2;
   }
 
   template <int NV>
@@ -181,6 +184,7 @@ struct HostFlash {
         for (int v = 0; v < NV; ++v)
           acc[j][v] = accumulate ? load_vector(t.st + (j0 + j) * row_pad + v * kLanes) : V{};
       const T* q = t.qt + std::size_t(from) * row_pad;
+#pragma GCC unroll 4
       for (int d = 0; d < depth; ++d, q += row_pad) {
         V qv[NV];
         for (int v = 0; v < NV; ++v) qv[v] = load_vector(q + v * kLanes);
