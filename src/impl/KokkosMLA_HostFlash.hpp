@@ -184,7 +184,8 @@ struct HostFlash {
         for (int v = 0; v < NV; ++v)
           acc[j][v] = accumulate ? load_vector(t.st + (j0 + j) * row_pad + v * kLanes) : V{};
       const T* q = t.qt + std::size_t(from) * row_pad;
-#pragma GCC unroll 4
+      // Unrolled: a key pointer the registers cannot hold is stored and reloaded once per 4 steps.
+      KOKKOSMLA_HOST_UNROLL_4
       for (int d = 0; d < depth; ++d, q += row_pad) {
         V qv[NV];
         for (int v = 0; v < NV; ++v) qv[v] = load_vector(q + v * kLanes);

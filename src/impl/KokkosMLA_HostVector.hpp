@@ -21,6 +21,15 @@
 #define KOKKOSMLA_HOST_VECTOR_BYTES 16
 #endif
 
+// Unrolls the loop that follows by 4 where the compiler takes GCC's pragma
+// (GCC, Clang and the compilers built on them); nvcc's front end, which
+// sees host code of CUDA builds first, does not, and leaves the loop as is.
+#if defined(__CUDACC__)
+#define KOKKOSMLA_HOST_UNROLL_4
+#else
+#define KOKKOSMLA_HOST_UNROLL_4 _Pragma("GCC unroll 4")
+#endif
+
 namespace KokkosMLA {
 namespace Impl {
 
