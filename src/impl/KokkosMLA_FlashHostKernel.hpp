@@ -63,9 +63,11 @@ struct FlashHostKernel {
     const std::int64_t offset = keys - queries;  // query t sits at key position offset + t
     const int d = int(dim);
 
+    // The two layouts differ only in the staged tiles at the end of the first group.
     const Flash staged = flash(true), f = flash(false);
     ScratchView scratch(team.team_scratch(scratch_level), scratch_elements());
     typename Flash::Tiles t[kGroups];
+    int rows[kGroups] = {};              // query rows of each group
     std::int64_t key_end[kGroups] = {};  // keys a group's rows see
     T* at = scratch.data();
     const T to_log2 = scale * T(1.4426950408889634);  // the kernel's exponentials are base 2
@@ -76,17 +78,18 @@ struct FlashHostKernel {
       t[g].positions = t[0].positions;  // one tile's key positions serve every group
       f.start(t[g]);
       const std::int64_t r0 = t0 + g * kRows;
-      const int rows = int(min_of<std::int64_t>(kRows, queries - r0));
+      rows[g] = int(min_of<std::int64_t>(kRows, queries - r0));
       f.put_queries(
-          t[g], rows, [&](int i) { return q.at(b * queries + r0 + i, h); }, 0, d, to_log2);
-      for (int i = 0; i < rows; ++i) t[g].last[i] = typename Flash::I(causal ? offset + r0 + i : keys - 1);
-      key_end[g] = causal ? min_of(keys, offset + r0 + rows) : keys;
+          t[g], rows[g], [&](int i) { return q.at(b * queries + r0 + i, h); }, 0, d, to_log2);
+      for (int i = 0; i < rows[g]; ++i) t[g].last[i] = typename Flash::I(causal ? offset + r0 + i : keys - 1);
+      key_end[g] = causal ? min_of(keys, offset + r0 + rows[g]) : keys;
     }
+    const std::int64_t team_key_end = key_end[ng - 1];  // the last group's rows see the most keys
 
     const T* key_rows[Flash::kKeys];
     const T* value_rows[Flash::kKeys];
-    for (std::int64_t s0 = 0; s0 < key_end[ng - 1]; s0 += Flash::kKeys) {
-      const int n = int(min_of<std::int64_t>(Flash::kKeys, key_end[ng - 1] - s0));
+    for (std::int64_t s0 = 0; s0 < team_key_end; s0 += Flash::kKeys) {
+      const int n = int(min_of<std::int64_t>(Flash::kKeys, team_key_end - s0));
       for (int j = 0; j < n; ++j) {
         const std::int64_t at_key = ((b * keys + s0 + j) * heads + h) * dim;
         key_rows[j] = k + at_key;
@@ -103,14 +106,12 @@ struct FlashHostKernel {
         f.accumulate(t[g], value_rows, seen);
       }
     }
-    for (int g = 0; g < ng; ++g) {
-      const std::int64_t r0 = t0 + g * kRows;
-      for (int i = 0; i < int(min_of<std::int64_t>(kRows, queries - r0)); ++i) {
-        const std::int64_t token = b * queries + r0 + i;
+    for (int g = 0; g < ng; ++g)
+      for (int i = 0; i < rows[g]; ++i) {
+        const std::int64_t token = b * queries + t0 + g * kRows + i;
         f.finish_row(t[g], i, out.at(token, h));
         if (lse) lse.at(token, h) = reported_lse(Flash::row_lse(t[g], i));
       }
-    }
   }
 };
 
