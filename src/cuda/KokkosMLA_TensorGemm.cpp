@@ -80,7 +80,8 @@ cublasComputeType_t compute_type(FloatGemm float_gemm) {
 
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, FloatGemm float_gemm) {
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
+                 FloatGemm float_gemm) {
   require_int_gemm_extents(cols, inner, lda);
   require_int_gemm_extents(cols, inner, ldb);
   const HandleOnStream h(exec);
@@ -93,7 +94,7 @@ void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols,
   for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
     const cublasStatus_t status = cublasGemmEx(h.handle, CUBLAS_OP_N, CUBLAS_OP_N, int(cols), m, int(inner),
                                                &one, b, type, int(ldb), a + r0 * lda, type, int(lda), &zero,
-                                               c + r0 * cols, type, int(cols), compute, CUBLAS_GEMM_DEFAULT);
+                                               c + r0 * ldc, type, int(ldc), compute, CUBLAS_GEMM_DEFAULT);
     if (status != CUBLAS_STATUS_SUCCESS)
       throw std::runtime_error("KokkosMLA: cublasGemmEx failed with status " + std::to_string(int(status)));
   });
@@ -123,7 +124,7 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
 
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
   template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
-                            std::int64_t, const T*, std::int64_t, T*, FloatGemm);
+                            std::int64_t, const T*, std::int64_t, T*, std::int64_t, FloatGemm);
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(T)                                                  \
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \

@@ -26,9 +26,10 @@ const Scalar* TensorPrefill<Scalar, ExecSpace>::decompress(const ExecSpace& exec
   Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
   const Scalar* latent = c.latent.data();
   const std::int64_t ld = latent_row_stride(c.latent);  // a slice of a packed array is read in place
-  gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, latent, ld, weight_rows(c.w_uk), k, float_gemm);
+  gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, latent, ld, weight_rows(c.w_uk), k, cols,
+               float_gemm);
   gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, latent, ld, weight_rows(c.w_uv),
-               k + rows * cols, float_gemm);
+               k + rows * cols, cols, float_gemm);
   Kokkos::Profiling::popRegion();
   return k;
 }

@@ -5,10 +5,10 @@
 // (batch, head, query tile of kGroups row groups of HostFlash::kRows rows),
 // its tiles in team scratch, the products on the core's vector unit
 // (KokkosMLA_HostFlash.hpp). K and V rows are read where the decompression
-// GEMM left them, a head's rows H D elements apart: each key tile is staged
-// once into padded rows and serves every row group of the team before the
-// next is read, so that a head's keys and values (2 S D elements, more than
-// a core's L2 at long S) come from memory once per kGroups * kRows queries.
+// GEMM left them, (B, S, H, D) with rows key_row_stride apart. Each key tile
+// serves every row group of the team before the next is read, so that a
+// head's keys and values (2 S D elements, more than a core's L2 at long S)
+// come from memory once per kGroups * kRows queries.
 
 #include "KokkosMLA_HeadRows.hpp"
 #include "KokkosMLA_HostFlash.hpp"
@@ -25,12 +25,12 @@ struct FlashHostKernel {
   using ScratchView =
       Kokkos::View<T*, typename ExecSpace::scratch_memory_space, Kokkos::MemoryTraits<Kokkos::Unmanaged>>;
   static constexpr int kRows = Flash::kRows;  ///< query rows of a row group
-  static constexpr int kGroups = 4;           ///< row groups of a team, sharing each staged key tile
+  static constexpr int kGroups = 4;           ///< row groups of a team, sharing each key tile
   static constexpr int kTeamRows = kGroups * kRows;
 
   HeadRows<const T> q;  // (B, T, H, D)
-  const T* k;           // (B, S, H, D)
-  const T* v;           // (B, S, H, D)
+  const T* k;           // (B, S, H, D), rows key_row_stride apart
+  const T* v;           // (B, S, H, D), rows key_row_stride apart
   HeadRows<T> out;      // (B, T, H, D)
   LseRows<T> lse;       // (B, T, H), or empty when not asked for
   std::int64_t batch, queries, keys, heads, dim;
@@ -38,14 +38,21 @@ struct FlashHostKernel {
   bool causal;
   int scratch_level = 0;
 
-  /// A row group's tiles; the first group's scratch also holds the staged key and value tiles.
-  Flash flash(bool staged) const {
-    return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim), staged);
+  /// Elements between consecutive rows of K (and of V): H D rounded up to
+  /// whole 64-byte lines, and one line more where that count is even. Rows
+  /// an odd number of lines apart spread a tile's 64 rows over every L1 set;
+  /// rows a multiple of 4 KiB apart (H D = 1024 or 2048 floats) would all
+  /// share one set's dozen or so lines.
+  static std::int64_t key_row_stride(std::int64_t heads, std::int64_t dim) {
+    constexpr std::int64_t line = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+    const std::int64_t lines = (heads * dim + line - 1) / line;
+    return (lines % 2 == 0 ? lines + 1 : lines) * line;
   }
+
+  /// A row group's tiles.
+  Flash flash() const { return Flash(int(min_of<std::int64_t>(kRows, queries)), int(dim), int(dim)); }
   int groups() const { return int(min_of<std::int64_t>(kGroups, (queries + kRows - 1) / kRows)); }
-  std::size_t scratch_elements() const {
-    return flash(true).scratch_elements() + std::size_t(groups() - 1) * flash(false).scratch_elements();
-  }
+  std::size_t scratch_elements() const { return std::size_t(groups()) * flash().scratch_elements(); }
   std::size_t scratch_bytes() const { return ScratchView::shmem_size(scratch_elements()); }
   int query_tiles() const { return int((queries + kTeamRows - 1) / kTeamRows); }
   std::int64_t league_size() const { return batch * heads * query_tiles(); }
@@ -62,9 +69,9 @@ struct FlashHostKernel {
     const int ng = (team_rows + kRows - 1) / kRows;
     const std::int64_t offset = keys - queries;  // query t sits at key position offset + t
     const int d = int(dim);
+    const std::int64_t row_stride = key_row_stride(heads, dim);
 
-    // The two layouts differ only in the staged tiles at the end of the first group.
-    const Flash staged = flash(true), f = flash(false);
+    const Flash f = flash();
     ScratchView scratch(team.team_scratch(scratch_level), scratch_elements());
     typename Flash::Tiles t[kGroups];
     int rows[kGroups] = {};              // query rows of each group
@@ -72,9 +79,8 @@ struct FlashHostKernel {
     T* at = scratch.data();
     const T to_log2 = scale * T(1.4426950408889634);  // the kernel's exponentials are base 2
     for (int g = 0; g < ng; ++g) {
-      const Flash& layout = g == 0 ? staged : f;
-      t[g] = layout.tiles(at);
-      at += layout.scratch_elements();
+      t[g] = f.tiles(at);
+      at += f.scratch_elements();
       t[g].positions = t[0].positions;  // one tile's key positions serve every group
       f.start(t[g]);
       const std::int64_t r0 = t0 + g * kRows;
@@ -91,13 +97,11 @@ struct FlashHostKernel {
     for (std::int64_t s0 = 0; s0 < team_key_end; s0 += Flash::kKeys) {
       const int n = int(min_of<std::int64_t>(Flash::kKeys, team_key_end - s0));
       for (int j = 0; j < n; ++j) {
-        const std::int64_t at_key = ((b * keys + s0 + j) * heads + h) * dim;
+        const std::int64_t at_key = (b * keys + s0 + j) * row_stride + h * dim;
         key_rows[j] = k + at_key;
         value_rows[j] = v + at_key;
         t[0].positions[j] = typename Flash::I(s0 + j);
       }
-      staged.stage(key_rows, n, d, t[0].keys, key_rows);
-      staged.stage(value_rows, n, d, t[0].values, value_rows);
       for (int g = 0; g < ng; ++g) {
         if (s0 >= key_end[g]) continue;  // past every key of the group's rows
         const int seen = int(min_of<std::int64_t>(n, key_end[g] - s0));

@@ -13,9 +13,9 @@
 //            - max) in St's place, the running sum, all lane-parallel;
 //   P V      O (rows x out) = O * factor + P V: a block of 4 rows x 4 vectors
 //            of columns in registers, per key 4 broadcasts of P and 4 loads of V.
-// Keys whose rows lie a multiple of 4 KiB apart (K and V of one head in
-// (B, S, H, D): H D elements apart) fall into one L1 set: a kernel over such
-// rows stages each tile into scratch rows padded off that stride (`staged`).
+// Key rows are read where they lie: a kernel's caller keeps them from lying
+// a multiple of 4 KiB apart, which would put a tile's rows in one L1 set
+// (FlashHostKernel::key_row_stride).
 // Masks come from two arrays: last[i], the last key position row i sees, and
 // the tile's key positions (INT_MAX for keys that do not exist or are masked).
 
@@ -48,21 +48,19 @@ struct HostFlash {
   int width = 0;      ///< columns of Qt's rows (the score product's depth)
   int out_width = 0;  ///< columns of V and O
   int out_ld = 0;     ///< out_width rounded up to whole vectors
-  int stage_ld = 0;   ///< staged key and value rows: whole vectors and one more (0: not staged)
 
   /// Element offsets of a team's arrays (the int arrays in I's units, then rounded up to T's).
   struct Layout {
-    std::size_t qt, st, o, max, sum, factor, last, positions, zero, keys, values, total;
+    std::size_t qt, st, o, max, sum, factor, last, positions, zero, total;
   };
   static int round_up(int x, int to) { return (x + to - 1) / to * to; }
   HostFlash() = default;
-  HostFlash(int rows_, int width_, int out_width_, bool staged = false)
+  HostFlash(int rows_, int width_, int out_width_)
       : rows(rows_),
         row_pad(round_up(rows_, kLanes)),
         width(width_),
         out_width(out_width_),
-        out_ld(round_up(out_width_, kLanes)),
-        stage_ld(staged ? round_up(width_ > out_width_ ? width_ : out_width_, kLanes) + kLanes : 0) {}
+        out_ld(round_up(out_width_, kLanes)) {}
 
   Layout layout() const {
     Layout l;
@@ -82,8 +80,6 @@ struct HostFlash {
     l.last = take(row_pad * ints);
     l.positions = take(kKeys * ints);
     l.zero = take(std::size_t(width > out_width ? width : out_width));
-    l.keys = take(std::size_t(kKeys) * stage_ld);
-    l.values = take(std::size_t(kKeys) * stage_ld);
     l.total = at;
     return l;
   }
@@ -91,7 +87,7 @@ struct HostFlash {
 
   /// The team's arrays, in its scratch of scratch_elements() elements.
   struct Tiles {
-    T *qt, *st, *o, *max, *sum, *factor, *zero, *keys, *values;
+    T *qt, *st, *o, *max, *sum, *factor, *zero;
     I *last, *positions;
   };
   Tiles tiles(T* scratch) const {
@@ -103,8 +99,6 @@ struct HostFlash {
             scratch + l.sum,
             scratch + l.factor,
             scratch + l.zero,
-            scratch + l.keys,
-            scratch + l.values,
             reinterpret_cast<I*>(scratch + l.last),
             reinterpret_cast<I*>(scratch + l.positions)};
   }
@@ -137,15 +131,6 @@ struct HostFlash {
         for (int l = 0; l < kLanes; ++l) x[l] = r[l][c];
         store_vector(t.qt + std::size_t(from + c) * row_pad + i0, factor * x);
       }
-    }
-  }
-
-  /// Copies n rows of `length` elements into a staged tile (t.keys or
-  /// t.values) and points rows[j] at row j there.
-  void stage(const T* const* from, int n, int length, T* tile, const T** rows) const {
-    for (int j = 0; j < n; ++j) {
-      std::memcpy(tile + std::size_t(j) * stage_ld, from[j], std::size_t(length) * sizeof(T));
-      rows[j] = tile + std::size_t(j) * stage_ld;
     }
   }
 

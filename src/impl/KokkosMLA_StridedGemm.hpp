@@ -47,40 +47,42 @@ constexpr bool calls_host_blas() {
 
 /// c = a b for a row-major a (rows x inner) whose rows start lda >= inner
 /// elements apart, b (inner x cols) whose rows start ldb >= cols apart, and
-/// c (rows x cols) row-major without gaps, on exec (float or double: exact
+/// c (rows x cols) whose rows start ldc >= cols apart, on exec (float or double: exact
 /// products, or TF32 for float on cuBLAS as float_gemm says; 16-bit types on cuBLAS).
 template <class ExecSpace, class Scalar>
 void gemm_strided_rows(const ExecSpace& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
                        const Scalar* a, std::int64_t lda, const Scalar* b, std::int64_t ldb, Scalar* c,
-                       FloatGemm float_gemm = FloatGemm::Fp32) {
+                       std::int64_t ldc, FloatGemm float_gemm = FloatGemm::Fp32) {
   using Memory = typename ExecSpace::memory_space;
   using Unmanaged = Kokkos::MemoryTraits<Kokkos::Unmanaged>;
   using Matrix = Kokkos::View<Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
   using ConstMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutRight, Memory, Unmanaged>;
   using StridedMatrix = Kokkos::View<const Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
+  using StridedOut = Kokkos::View<Scalar**, Kokkos::LayoutStride, Memory, Unmanaged>;
   (void)float_gemm;  // the host BLAS and Kokkos Kernels multiply in fp32
-  std::int64_t ldc = cols;
   fit_single_row_strides(rows, cols, inner, false, lda, ldb, ldc);
   if constexpr (calls_cublas<ExecSpace>()) {
 #if KOKKOSMLA_ENABLE_CUBLAS
-    tensor_gemm(exec, rows, cols, inner, a, lda, b, ldb, c, float_gemm);
+    tensor_gemm(exec, rows, cols, inner, a, lda, b, ldb, c, ldc, float_gemm);
 #endif
   } else if constexpr (calls_host_blas<ExecSpace>()) {
 #ifdef KOKKOSKERNELS_ENABLE_TPL_BLAS
     require_int_gemm_extents(cols, inner, lda);
     require_int_gemm_extents(cols, inner, ldb);
+    require_int_gemm_extents(cols, inner, ldc);
     exec.fence();  // BLAS runs on this thread, after what exec was given before
     // Row-major c = a b is column-major c^T = b^T a^T.
     for_int_row_pieces(rows, [&](std::int64_t r0, int m) {
       KokkosBlas::Impl::HostBlas<Scalar>::gemm('N', 'N', int(cols), m, int(inner), Scalar(1), b, int(ldb),
-                                               a + r0 * lda, int(lda), Scalar(0), c + r0 * cols, int(cols));
+                                               a + r0 * lda, int(lda), Scalar(0), c + r0 * ldc, int(ldc));
     });
 #endif
-  } else if (lda == inner && ldb == cols) {
+  } else if (lda == inner && ldb == cols && ldc == cols) {
     gemm(exec, ConstMatrix(a, rows, inner), ConstMatrix(b, inner, cols), Matrix(c, rows, cols));
   } else {
     gemm(exec, StridedMatrix(a, Kokkos::LayoutStride(rows, lda, inner, 1)),
-         StridedMatrix(b, Kokkos::LayoutStride(inner, ldb, cols, 1)), Matrix(c, rows, cols));
+         StridedMatrix(b, Kokkos::LayoutStride(inner, ldb, cols, 1)),
+         StridedOut(c, Kokkos::LayoutStride(rows, ldc, cols, 1)));
   }
 }
 
@@ -128,8 +130,8 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
   }
 }
 
-/// The Decompressed prefill's up-projection: c (rows, H, D) row-major = a w,
-/// for a row-major a (rows x inner, its rows lda apart) and weights w
+/// The Decompressed prefill's up-projection: c (rows, H, D) = a w, c's rows
+/// ldc >= H D elements apart, for a row-major a (rows x inner, its rows lda apart) and weights w
 /// (inner, H, D) whose rows and heads lie at w.row and w.head (HeadRows): one
 /// GEMM where the heads lie D apart (w an inner x (H D) matrix of leading
 /// dimension w.row), else one per head (the halves of one (R, H, 2 D)
@@ -137,12 +139,12 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
 template <class ExecSpace, class Scalar>
 void gemm_weights(const ExecSpace& exec, std::int64_t rows, std::int64_t heads, std::int64_t dim,
                   std::int64_t inner, const Scalar* a, std::int64_t lda, HeadRows<const Scalar> w, Scalar* c,
-                  FloatGemm float_gemm = FloatGemm::Fp32) {
+                  std::int64_t ldc, FloatGemm float_gemm = FloatGemm::Fp32) {
   if (w.head == dim || heads == 1)
-    gemm_strided_rows(exec, rows, heads * dim, inner, a, lda, w.ptr, w.row, c, float_gemm);
+    gemm_strided_rows(exec, rows, heads * dim, inner, a, lda, w.ptr, w.row, c, ldc, float_gemm);
   else
     gemm_heads<ExecSpace, Scalar>(exec, heads, rows, dim, inner, {a, lda, 0}, head_matrices(w), false,
-                                  {c, heads * dim, dim}, float_gemm);
+                                  {c, ldc, dim}, float_gemm);
 }
 
 }  // namespace Impl

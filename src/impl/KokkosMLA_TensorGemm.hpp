@@ -111,13 +111,13 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// c = a b for row-major a (rows x inner, its rows lda elements apart),
-/// b (inner x cols, its rows ldb apart), c (rows x cols), on exec's stream, with fp32
+/// b (inner x cols, its rows ldb apart), c (rows x cols, its rows ldc apart), on exec's stream, with fp32
 /// accumulation. T is half_t or bhalf_t (tensor cores), float (as
 /// float_gemm says), or double (fp64: the Decompressed prefill's GEMMs,
 /// gemm_strided_rows).
 template <class T>
 void tensor_gemm(const Kokkos::Cuda& exec, std::int64_t rows, std::int64_t cols, std::int64_t inner,
-                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c,
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T* c, std::int64_t ldc,
                  FloatGemm float_gemm = FloatGemm::Tf32);
 
 /// For every head h < heads, c_h = alpha a_h b_h (b_h inner x cols) or, with

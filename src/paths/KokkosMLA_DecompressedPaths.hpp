@@ -29,28 +29,33 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
   static Algorithm algorithm(const PrefillProblem&) { return Algorithm::Decompressed; }
   using Call = typename PlannedPrefill<Scalar, ExecSpace>::Call;
 
-  explicit DecompressedPrefill(const PrefillProblem& p)
+  /// K and V rows row_stride elements apart (0: H D, no gap).
+  explicit DecompressedPrefill(const PrefillProblem& p, std::int64_t row_stride = 0)
       : problem_(p),
+        row_stride_(row_stride > 0 ? row_stride : p.shape.heads * p.shape.head_dim),
         kv_(Impl::workspace<Scalar, typename ExecSpace::memory_space>("KokkosMLA::Plan::workspace",
-                                                                      2 * Impl::kv_elements(p.shape))) {}
+                                                                      2 * kv_span())) {}
   Algorithm algorithm() const override { return Algorithm::Decompressed; }
   std::size_t workspace_bytes() const override { return kv_.span() * sizeof(Scalar); }
 
  protected:
-  /// K then V, each (B, S, H, D), in the workspace; returns K (V follows it).
+  /// Elements of K (and of V): B S rows, row_stride_ apart.
+  std::int64_t kv_span() const { return problem_.shape.batch * problem_.shape.keys * row_stride_; }
+  /// K then V, each (B, S, H, D) with rows row_stride_ apart, in the workspace; returns K (V follows it).
   Scalar* decompress(const ExecSpace& exec, const Call& c) const {
     const Shape& s = problem_.shape;
     // The latent is a (B*S) x R matrix (its rows apart by its row stride, a
     // slice of a packed array) and w_uk an R x (H*D) one: their product is
     // K as (B, S, H, D), one GEMM for all heads (gemm_weights).
-    const std::int64_t rows = s.batch * s.keys, cols = s.heads * s.head_dim;
+    const std::int64_t rows = s.batch * s.keys;
     const std::int64_t ld = latent_row_stride(c.latent);
     Scalar* ws = kv_.data();
     // The GEMM libraries name their own kernels; the region tells tools they belong to this library.
     Kokkos::Profiling::pushRegion("KokkosMLA::Decompressed::gemm");
-    gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, c.latent.data(), ld, weight_rows(c.w_uk), ws);
+    gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, c.latent.data(), ld, weight_rows(c.w_uk), ws,
+                 row_stride_);
     gemm_weights(exec, rows, s.heads, s.head_dim, s.latent_dim, c.latent.data(), ld, weight_rows(c.w_uv),
-                 ws + rows * cols);
+                 ws + kv_span(), row_stride_);
     Kokkos::Profiling::popRegion();
     return ws;
   }
@@ -61,7 +66,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
     const Shape& s = problem_.shape;
     return Kernel{head_rows(c.q),
                   k,
-                  k + Impl::kv_elements(s),
+                  k + kv_span(),
                   head_rows(c.out),
                   c.lse,
                   s.batch,
@@ -76,6 +81,7 @@ class DecompressedPrefill : public PlannedPrefill<Scalar, ExecSpace> {
   }
 
   PrefillProblem problem_;
+  std::int64_t row_stride_;
   Kokkos::View<Scalar*, typename ExecSpace::memory_space> kv_;
 };
 
@@ -203,7 +209,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   void run(const ExecSpace& exec, const typename Base::Call& c) const override {
     const Shape& s = this->problem_.shape;
     const Scalar* k = this->decompress(exec, c);
-    const Scalar* v = k + kv_elements(s);
+    const Scalar* v = k + this->kv_span();
     const std::int64_t width = s.heads * s.head_dim;  // K and V rows: (H, D) each
     const auto q = head_rows(c.q);
     const auto out = head_rows(c.out);
@@ -259,7 +265,8 @@ class DecompressedHostPath final : public DecompressedPrefill<Scalar, ExecSpace>
   static constexpr bool available = Base::available && is_host_space<ExecSpace>();
   static bool applicable(const PrefillProblem& p) { return p.wanted == Algorithm::Decompressed; }
 
-  DecompressedHostPath(const ExecSpace&, const PrefillProblem& p) : Base(p) {}
+  DecompressedHostPath(const ExecSpace&, const PrefillProblem& p)
+      : Base(p, Kernel::key_row_stride(p.shape.heads, p.shape.head_dim)) {}
   static constexpr Path id = Path::DecompressedHost;
   Path path() const override { return id; }
   std::string describe() const override {
