@@ -38,6 +38,7 @@ struct HostFlash {
   static constexpr int kRowVectors = 4;  ///< most vectors of rows a team owns
   static constexpr int kRows = kRowVectors * kLanes;
   static constexpr int kKeys = 64;  ///< keys per tile
+  static constexpr int kLine = 64 / int(sizeof(T));  ///< elements of a 64-byte cache line
   /// Accumulators of the score block: half the vector registers (32 with AVX-512, 16 before).
   static constexpr int kAccumulators = KOKKOSMLA_HOST_VECTOR_BYTES == 64 ? 16 : 8;
   static constexpr int kOutRows = kLanes % 4 == 0 ? 4 : kLanes;  ///< rows of a P V block
@@ -157,6 +158,9 @@ struct HostFlash {
     return kAccumulators / nv >= 8 ? 8 : kAccumulators / nv >= 4 ? 4 : 2;
   }
 
+  /// A hint to bring p's line into L2 (no fault, no effect on results).
+  static void prefetch(const T* p) { __builtin_prefetch(p, 0, 2); }
+
   template <int NV>
   void score_blocks(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate) const {
     constexpr int KB = score_keys(NV);
@@ -169,14 +173,22 @@ struct HostFlash {
         for (int v = 0; v < NV; ++v)
           acc[j][v] = accumulate ? load_vector(t.st + (j0 + j) * row_pad + v * kLanes) : V{};
       const T* q = t.qt + std::size_t(from) * row_pad;
-      // Unrolled: a key pointer the registers cannot hold is stored and reloaded once per 4 steps.
-      KOKKOSMLA_HOST_UNROLL_4
-      for (int d = 0; d < depth; ++d, q += row_pad) {
-        V qv[NV];
-        for (int v = 0; v < NV; ++v) qv[v] = load_vector(q + v * kLanes);
-        for (int j = 0; j < KB; ++j) {
-          const T kd = k[j][d];
-          for (int v = 0; v < NV; ++v) acc[j][v] += kd * qv[v];
+      const bool next_block = j0 + KB < n;
+      for (int d0 = 0; d0 < depth; d0 += kLine) {
+        // The next block's rows, a line each per line of this block's: their
+        // first reads would otherwise wait on memory at the block's start.
+        if (next_block)
+          for (int j = 0; j < KB; ++j) prefetch(keys[min_of(j0 + KB + j, n - 1)] + d0);
+        const int d1 = min_of(d0 + kLine, depth);
+        // Unrolled: a key pointer the registers cannot hold is stored and reloaded once per 4 steps.
+        KOKKOSMLA_HOST_UNROLL_4
+        for (int d = d0; d < d1; ++d, q += row_pad) {
+          V qv[NV];
+          for (int v = 0; v < NV; ++v) qv[v] = load_vector(q + v * kLanes);
+          for (int j = 0; j < KB; ++j) {
+            const T kd = k[j][d];
+            for (int v = 0; v < NV; ++v) acc[j][v] += kd * qv[v];
+          }
         }
       }
       for (int j = 0; j < KB; ++j)
