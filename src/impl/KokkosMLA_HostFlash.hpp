@@ -8,7 +8,7 @@
 //   scores   St (keys x rows) = K Qt: per key block, kb keys' elements
 //            broadcast against nv vectors of Qt's row (kb x nv FMAs per width
 //            step, in registers), K read in place through row pointers (so a
-//            paged cache needs no gather);
+//            paged cache needs no gather), the next block's rows prefetched;
 //   softmax  per vector of rows: the tile's max, the rescale factor, P = 2^(St
 //            - max) in St's place, the running sum, all lane-parallel;
 //   P V      O (rows x out) = O * factor + P V: a block of 4 rows x 4 vectors
