@@ -60,19 +60,29 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
 
     const auto& c = this->cache;
     const KeyRange range = this->key_range(k);
+    // Key i of the range's cache row, or -1 for an unused index entry.
+    const auto row_of = [&](std::int64_t i) -> std::int64_t {
+      const std::int64_t s = positions ? std::int64_t(positions[i]) : i;
+      return s < 0 ? -1 : c.row(k.b, s);
+    };
     const T* latent_rows[Flash::kKeys];
     const T* rope_rows[Flash::kKeys];
+    const T* next_rows[Flash::kMostBlockKeys];
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += Flash::kKeys) {
       const int n = int(min_of<std::int64_t>(Flash::kKeys, range.end - s0));
       for (int j = 0; j < n; ++j) {
-        const std::int64_t s = positions ? std::int64_t(positions[s0 + j]) : s0 + j;
-        const bool unused = s < 0;  // an unused index entry
-        const std::int64_t row = unused ? 0 : c.row(k.b, s);
-        latent_rows[j] = unused ? t.zero : c.latent + row * c.latent_ld;
-        rope_rows[j] = unused ? t.zero : c.rope + row * c.rope_ld;
-        t.positions[j] = unused ? typename Flash::I(INT_MAX) : typename Flash::I(s0 + j);
+        const std::int64_t row = row_of(s0 + j);
+        latent_rows[j] = row < 0 ? t.zero : c.latent + row * c.latent_ld;
+        rope_rows[j] = row < 0 ? t.zero : c.rope + row * c.rope_ld;
+        t.positions[j] = row < 0 ? typename Flash::I(INT_MAX) : typename Flash::I(s0 + j);
       }
-      f.scores(t, latent_rows, n, 0, r, false);
+      // The next tile's first latent rows, prefetched during this one's last score block.
+      const int next_n = int(min_of<std::int64_t>(Flash::kMostBlockKeys, range.end - s0 - n));
+      for (int j = 0; j < next_n; ++j) {
+        const std::int64_t row = row_of(s0 + n + j);
+        next_rows[j] = row < 0 ? t.zero : c.latent + row * c.latent_ld;
+      }
+      f.scores(t, latent_rows, n, 0, r, false, next_rows, next_n);
       if (dr > 0) f.scores(t, rope_rows, n, r, dr, true);
       f.softmax(t, n);
       f.accumulate(t, latent_rows, n);

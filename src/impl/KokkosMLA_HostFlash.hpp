@@ -137,16 +137,19 @@ struct HostFlash {
 
   /// St (+)= K Qt[from .. from + depth) for the tile's n keys (rows keys[j]
   /// of `depth` elements); rows of keys past n read the zero row.
-  void scores(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate) const {
+  /// next: the first next_n rows of the tile after this one (at most
+  /// kMostBlockKeys are used), prefetched while the last block computes.
+  void scores(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate,
+              const T* const* next = nullptr, int next_n = 0) const {
     switch (row_pad / kLanes) {
       case 1:
-        return score_blocks<1>(t, keys, n, from, depth, accumulate);
+        return score_blocks<1>(t, keys, n, from, depth, accumulate, next, next_n);
       case 2:
-        return score_blocks<2>(t, keys, n, from, depth, accumulate);
+        return score_blocks<2>(t, keys, n, from, depth, accumulate, next, next_n);
       case 3:
-        return score_blocks<3>(t, keys, n, from, depth, accumulate);
+        return score_blocks<3>(t, keys, n, from, depth, accumulate, next, next_n);
       default:
-        return score_blocks<4>(t, keys, n, from, depth, accumulate);
+        return score_blocks<4>(t, keys, n, from, depth, accumulate, next, next_n);
     }
   }
 
@@ -155,14 +158,16 @@ struct HostFlash {
   /// them outnumber the general registers (the compiler parked ten in vector
   /// registers, a move beside each FMA on the FMA ports).
   static constexpr int score_keys(int nv) {
-    return kAccumulators / nv >= 8 ? 8 : kAccumulators / nv >= 4 ? 4 : 2;
+    return kAccumulators / nv >= kMostBlockKeys ? kMostBlockKeys : kAccumulators / nv >= 4 ? 4 : 2;
   }
+  static constexpr int kMostBlockKeys = 8;
 
   /// A hint to bring p's line into L2 (no fault, no effect on results).
   static void prefetch(const T* p) { __builtin_prefetch(p, 0, 2); }
 
   template <int NV>
-  void score_blocks(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate) const {
+  void score_blocks(const Tiles& t, const T* const* keys, int n, int from, int depth, bool accumulate,
+                    const T* const* next, int next_n) const {
     constexpr int KB = score_keys(NV);
     static_assert(kKeys % KB == 0, "a tile holds whole score blocks: every block's rows of St exist");
     for (int j0 = 0; j0 < n; j0 += KB) {
@@ -173,12 +178,14 @@ struct HostFlash {
         for (int v = 0; v < NV; ++v)
           acc[j][v] = accumulate ? load_vector(t.st + (j0 + j) * row_pad + v * kLanes) : V{};
       const T* q = t.qt + std::size_t(from) * row_pad;
-      const bool next_block = j0 + KB < n;
+      // The rows the next block reads (this tile's, or after its last block
+      // the next tile's first), a line each per line of this block's: their
+      // first reads would otherwise wait on memory at the block's start.
+      const bool last_block = j0 + KB >= n;
+      const T* const* ahead = last_block ? next : keys + j0 + KB;
+      const int ahead_n = min_of(KB, last_block ? next_n : n - j0 - KB);
       for (int d0 = 0; d0 < depth; d0 += kLine) {
-        // The next block's rows, a line each per line of this block's: their
-        // first reads would otherwise wait on memory at the block's start.
-        if (next_block)
-          for (int j = 0; j < KB; ++j) prefetch(keys[min_of(j0 + KB + j, n - 1)] + d0);
+        for (int j = 0; j < ahead_n; ++j) prefetch(ahead[j] + d0);
         const int d1 = min_of(d0 + kLine, depth);
         // Unrolled: a key pointer the registers cannot hold is stored and reloaded once per 4 steps.
         KOKKOSMLA_HOST_UNROLL_4
