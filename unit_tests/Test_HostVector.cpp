@@ -1,11 +1,14 @@
 // The host kernels' vector primitives: the exponential every host softmax
-// step runs, against std::exp2 in double.
+// step runs, against std::exp2 in double; and the row stride the host
+// prefill kernel reads K and V at.
 
+#include "impl/KokkosMLA_FlashHostKernel.hpp"
 #include "impl/KokkosMLA_HostVector.hpp"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
 #include <limits>
 #include <random>
 
@@ -62,6 +65,28 @@ TEST(HostVector, Exp2InDoubleIsStdExp2) {
   for (int l = 0; l < L; ++l) x[l] = -0.37 * l - 1.25;
   Impl::store_vector(y, Impl::exp2_vector(lanes_of(x)));
   for (int l = 0; l < L; ++l) EXPECT_EQ(y[l], std::exp2(x[l]));
+}
+
+// K and V rows a multiple of 4 KiB apart (H D = 1024 or 2048 floats) would
+// all share one L1 set: the host prefill kernel's rows lie an odd number of
+// 64-byte lines apart, at least H D and under two lines more.
+template <class T>
+void expect_odd_lines_apart() {
+  using Kernel = Impl::FlashHostKernel<Kokkos::DefaultHostExecutionSpace, T>;
+  const std::int64_t line = 64 / std::int64_t(sizeof(T));
+  for (std::int64_t heads : {1, 3, 16, 128})
+    for (std::int64_t dim : {1, 7, 16, 64, 128}) {
+      const std::int64_t width = heads * dim, stride = Kernel::key_row_stride(heads, dim);
+      EXPECT_GE(stride, width) << heads << " x " << dim;
+      EXPECT_LT(stride, width + 2 * line) << heads << " x " << dim;
+      EXPECT_EQ(stride % line, 0) << heads << " x " << dim;
+      EXPECT_EQ(stride / line % 2, 1) << heads << " x " << dim;
+    }
+}
+
+TEST(HostFlashKernel, KeyRowsLieAnOddNumberOfLinesApart) {
+  expect_odd_lines_apart<float>();
+  expect_odd_lines_apart<double>();
 }
 
 }  // namespace
