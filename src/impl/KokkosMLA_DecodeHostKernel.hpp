@@ -65,6 +65,8 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
       const std::int64_t s = positions ? std::int64_t(positions[i]) : i;
       return s < 0 ? -1 : c.row(k.b, s);
     };
+    // A cache row's latent values, the zero row for an unused entry.
+    const auto latent_of = [&](std::int64_t row) { return row < 0 ? t.zero : c.latent + row * c.latent_ld; };
     const T* latent_rows[Flash::kKeys];
     const T* rope_rows[Flash::kKeys];
     const T* next_rows[Flash::kMostBlockKeys];
@@ -72,16 +74,13 @@ struct DecodeHostKernel : LatentKernel<ExecSpace, T, Step> {
       const int n = int(min_of<std::int64_t>(Flash::kKeys, range.end - s0));
       for (int j = 0; j < n; ++j) {
         const std::int64_t row = row_of(s0 + j);
-        latent_rows[j] = row < 0 ? t.zero : c.latent + row * c.latent_ld;
+        latent_rows[j] = latent_of(row);
         rope_rows[j] = row < 0 ? t.zero : c.rope + row * c.rope_ld;
         t.positions[j] = row < 0 ? typename Flash::I(INT_MAX) : typename Flash::I(s0 + j);
       }
       // The next tile's first latent rows, prefetched during this one's last score block.
       const int next_n = int(min_of<std::int64_t>(Flash::kMostBlockKeys, range.end - s0 - n));
-      for (int j = 0; j < next_n; ++j) {
-        const std::int64_t row = row_of(s0 + n + j);
-        next_rows[j] = row < 0 ? t.zero : c.latent + row * c.latent_ld;
-      }
+      for (int j = 0; j < next_n; ++j) next_rows[j] = latent_of(row_of(s0 + n + j));
       f.scores(t, latent_rows, n, 0, r, false, next_rows, next_n);
       if (dr > 0) f.scores(t, rope_rows, n, r, dr, true);
       f.softmax(t, n);

@@ -44,7 +44,7 @@ struct FlashHostKernel {
   /// rows a multiple of 4 KiB apart (H D = 1024 or 2048 floats) would all
   /// share one set's dozen or so lines.
   static std::int64_t key_row_stride(std::int64_t heads, std::int64_t dim) {
-    constexpr std::int64_t line = 64 / sizeof(T) > 0 ? 64 / sizeof(T) : 1;
+    constexpr std::int64_t line = Flash::kLine;
     const std::int64_t lines = (heads * dim + line - 1) / line;
     return (lines % 2 == 0 ? lines + 1 : lines) * line;
   }

@@ -153,14 +153,14 @@ struct HostFlash {
     }
   }
 
+  static constexpr int kMostBlockKeys = 8;
   /// Keys per score block for nv vectors of rows: about kAccumulators / nv, a
-  /// power of two, at most 8: each key is a pointer the loop holds, and 16 of
+  /// power of two, at most kMostBlockKeys: each key is a pointer the loop holds, and 16 of
   /// them outnumber the general registers (the compiler parked ten in vector
   /// registers, a move beside each FMA on the FMA ports).
   static constexpr int score_keys(int nv) {
     return kAccumulators / nv >= kMostBlockKeys ? kMostBlockKeys : kAccumulators / nv >= 4 ? 4 : 2;
   }
-  static constexpr int kMostBlockKeys = 8;
 
   /// A hint to bring p's line into L2 (no fault, no effect on results).
   static void prefetch(const T* p) { __builtin_prefetch(p, 0, 2); }
