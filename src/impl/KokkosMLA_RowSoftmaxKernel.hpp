@@ -23,9 +23,16 @@ namespace Impl {
 /// Values of a row a thread of the softmax loads before it uses any.
 constexpr int kLoadsInFlight = 8;
 
+/// The softmax kernels' launch bounds: teams of at most 128 threads, eight
+/// of them an SM, so at most 64 registers a thread. Unbounded, the compiler
+/// took 96, and the SM held a third of the warps it can (30 % active on the
+/// H100), each with its eight loads.
+using SoftmaxBounds = Kokkos::LaunchBounds<128, 8>;
+
 /// A row of scores stored in equal segments: column j at
 /// first[(j / length) * stride + j % length]. DecompressedGemm's rows are one
-/// segment; CacheGemm's are split into key parts.
+/// segment; CacheGemm's are split into key parts. A segment's columns count
+/// in int: a block of scores is at most 1 GiB.
 template <class T>
 struct SegmentedRow {
   T* first;
@@ -35,8 +42,8 @@ struct SegmentedRow {
 
   KOKKOS_INLINE_FUNCTION T* segment(std::int64_t i) const { return first + i * stride; }
   /// Columns of segment i among the first `columns` of the row.
-  KOKKOS_INLINE_FUNCTION std::int64_t held(std::int64_t i, std::int64_t columns) const {
-    return max_of(std::int64_t(0), min_of(length, columns - i * length));
+  KOKKOS_INLINE_FUNCTION int held(std::int64_t i, std::int64_t columns) const {
+    return int(max_of(std::int64_t(0), min_of(length, columns - i * length)));
   }
 };
 
@@ -44,13 +51,13 @@ struct SegmentedRow {
 /// data[0, count): v[u] = data[first + u n] (0 past count), where n is the
 /// team size, the loads of a group issued together.
 template <class Member, class T, class F>
-KOKKOS_INLINE_FUNCTION void for_each_group(const Member& team, const T* data, std::int64_t count,
-                                           const F& f) {
-  const std::int64_t n = team.team_size();
-  for (std::int64_t first = team.team_rank(); first < count; first += kLoadsInFlight * n) {
+KOKKOS_INLINE_FUNCTION void for_each_group(const Member& team, const T* data, int count, const F& f) {
+  const int n = team.team_size();
+  for (int first = team.team_rank(); first < count; first += kLoadsInFlight * n) {
+    const T* const at = data + first;
     T v[kLoadsInFlight];
     KOKKOSMLA_UNROLL
-    for (int u = 0; u < kLoadsInFlight; ++u) v[u] = first + u * n < count ? data[first + u * n] : T(0);
+    for (int u = 0; u < kLoadsInFlight; ++u) v[u] = first + u * n < count ? at[u * n] : T(0);
     f(first, n, v);
   }
 }
@@ -64,8 +71,8 @@ KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const SegmentedRow
   // This thread's max and sum of exp(logit - max) over its visible columns.
   T max = negative_infinity<T>(), sum = 0;
   for (std::int64_t i = 0; i < row.segments; ++i) {
-    const std::int64_t count = row.held(i, seen);
-    for_each_group(team, row.segment(i), count, [&](std::int64_t first, std::int64_t n, T* v) {
+    const int count = row.held(i, seen);
+    for_each_group(team, row.segment(i), count, [&](int first, int n, T* v) {
       T group_max = max;
       KOKKOSMLA_UNROLL
       for (int u = 0; u < kLoadsInFlight; ++u)
@@ -85,14 +92,14 @@ KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const SegmentedRow
   // Every column is written: those the row does not see become 0.
   for (std::int64_t i = 0; i < row.segments; ++i) {
     T* const data = row.segment(i);
-    const std::int64_t visible = row.held(i, seen);
-    for_each_group(team, data, visible, [&](std::int64_t first, std::int64_t n, T* v) {
+    const int visible = row.held(i, seen);
+    for_each_group(team, data, visible, [&](int first, int n, T* v) {
       KOKKOSMLA_UNROLL
       for (int u = 0; u < kLoadsInFlight; ++u)
         if (first + u * n < visible) data[first + u * n] = Impl::exp(scale * v[u] - row_max) * inverse;
     });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, visible, row.length),
-                         [&](std::int64_t j) { data[j] = T(0); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, visible, int(row.length)),
+                         [&](int j) { data[j] = T(0); });
   }
   return softmax_lse(row_max, row_sum);
 }
