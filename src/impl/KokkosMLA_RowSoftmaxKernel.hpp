@@ -23,11 +23,12 @@ namespace Impl {
 /// Values of a row a thread of the softmax loads before it uses any.
 constexpr int kLoadsInFlight = 8;
 
-/// The softmax kernels' launch bounds: teams of at most 128 threads, eight
+/// CacheSoftmaxKernel's launch bounds: teams of at most 128 threads, eight
 /// of them an SM, so at most 64 registers a thread. Unbounded, the compiler
-/// took 96, and the SM held a third of the warps it can (30 % active on the
-/// H100), each with its eight loads.
-using SoftmaxBounds = Kokkos::LaunchBounds<128, 8>;
+/// took 96 there, and an H100 SM held a third of the warps it can; bounded,
+/// the kernel took 150 us where it took 205. RowSoftmaxKernel (one segment a
+/// row) runs unbounded: it took 56 registers, and bounded, 64 and longer.
+using CacheSoftmaxBounds = Kokkos::LaunchBounds<128, 8>;
 
 /// A row of scores stored in equal segments: column j at
 /// first[(j / length) * stride + j % length]. DecompressedGemm's rows are one

@@ -228,7 +228,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
                RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, rows, t0, b, s.queries, s.keys,
                                                    s.heads, Scalar(this->problem_.scale),
                                                    this->problem_.options.causal},
-               this->problem_.backend.team_size, 0, false, SoftmaxBounds());
+               this->problem_.backend.team_size, 0);
         gemm_heads(exec, s.heads, rows, s.head_dim, columns, HeadMatrices<const Scalar>{p.data, p.ld, p.step},
                    HeadMatrices<const Scalar>{v + b * s.keys * width, width, s.head_dim}, false,
                    HeadMatrices<Scalar>{out.at(b * s.queries + t0, 0), out.row, out.head});
