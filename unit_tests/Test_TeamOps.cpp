@@ -134,6 +134,22 @@ TEST(TeamOps, SoftmaxOfRowWithNanIsNan) {
   EXPECT_TRUE(std::isnan(data[0]));
 }
 
+// A row whose every visible score is NaN has NaN probabilities and a NaN
+// lse, not the -inf (reported +inf) of a row with no key.
+TEST(TeamOps, SoftmaxOfAllNanRowHasNanLse) {
+  const int most = Kokkos::TeamPolicy<Host>(1, 1).team_size_max(SoftmaxOfOneRow{}, Kokkos::ParallelForTag());
+  for (int threads : {1, 2, 4}) {
+    if (threads > most) continue;
+    std::vector<double> data(40, std::nan(""));
+    double lse = 0;
+    Kokkos::parallel_for(Kokkos::TeamPolicy<Host>(1, threads),
+                         SoftmaxOfOneRow{{data.data(), 40, 40, 1}, 40, 1.0, &lse});
+    Kokkos::fence();
+    EXPECT_TRUE(std::isnan(lse)) << threads << " threads: " << lse;
+    EXPECT_TRUE(std::isnan(data[0]));
+  }
+}
+
 }  // namespace
 }  // namespace Test
 }  // namespace KokkosMLA

@@ -20,10 +20,11 @@ KOKKOS_INLINE_FUNCTION T softmax_rescale(T old_max, T new_max) {
 }
 
 /// The natural log of a row's softmax denominator in unshifted terms, from
-/// its running max and sum; -inf for a row that saw no key.
+/// its running max and sum; -inf for a row that saw no key, NaN for one
+/// whose sum is NaN (a max that passed over NaN logits may still be -inf).
 template <class T>
 KOKKOS_INLINE_FUNCTION T softmax_lse(T max, T sum) {
-  return max == negative_infinity<T>() ? max : max + Impl::log(sum);
+  return max == negative_infinity<T>() && sum == sum ? max : max + Impl::log(sum);
 }
 
 /// The lse a caller sees for a row with no key: +inf (FlashMLA's convention),
