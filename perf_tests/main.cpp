@@ -834,6 +834,8 @@ int main(int argc, char** argv) {
     // The flash kernel that attention by GEMMs (DecompressedGemm, Auto's
     // path for these shapes) replaced, beside it; and double.
     KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedBlocked);
+    // Attention by GEMMs where Auto takes the blocked kernel (D = 64).
+    KokkosMLA::Bench::register_prefill_on<float>("float", KokkosMLA::Path::DecompressedGemm);
     KokkosMLA::Bench::register_all<double>("double", {KokkosMLA::Algorithm::Auto});
     // The Decompressed prefill's GEMMs on a latent slice (BLAS's leading dimension).
     KokkosMLA::Bench::register_strided_q<float>("float");

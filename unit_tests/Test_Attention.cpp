@@ -210,9 +210,9 @@ void check_out_and_lse(const Plan<T, Space>& plan, const Shape& s, const Options
 }
 
 // Attention by GEMMs in several query blocks per batch element (on GPUs
-// 16384 / H rows: 256 at 64 heads, 81 at 200; on hosts 128), the last one
-// partial, keys past the queries, causal or not, a negative scale: out and
-// lse against the reference.
+// 16384 / (B H) rows, each block over both batch elements: 128 at 64 heads,
+// 81 at 200; on hosts 128), the last one partial, keys past the queries,
+// causal or not, a negative scale: out and lse against the reference.
 TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
   using T = TypeParam;
   for (const Shape& s : {Shape{2, 300, 345, 64, 8, 16}, Shape{1, 170, 170, 200, 4, 4}})
@@ -227,6 +227,11 @@ TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
       ASSERT_NE(at, std::string::npos) << described;
       const std::int64_t block = std::stoll(described.substr(at + 12));
       EXPECT_TRUE(block < s.queries && s.queries % block != 0) << described;
+      // GPUs take every batch element into one block (a grouped GEMM), hosts one at a time.
+      const std::size_t batches_at = described.find("batches_per_block=");
+      ASSERT_NE(batches_at, std::string::npos) << described;
+      const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible;
+      EXPECT_EQ(std::stoll(described.substr(batches_at + 18)), host ? 1 : s.batch) << described;
       check_out_and_lse(plan, s, opt, 29);
     }
 }

@@ -122,6 +122,28 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
                              std::to_string(int(status)));
 }
 
+template <class T>
+void tensor_gemm_pointers(const Kokkos::Cuda& exec, std::int64_t count, std::int64_t rows, std::int64_t cols,
+                          std::int64_t inner, const T* const* a, std::int64_t lda, const T* const* b,
+                          std::int64_t ldb, bool transpose_b, T* const* c, std::int64_t ldc,
+                          FloatGemm float_gemm) {
+  fit_single_row_strides(rows, cols, inner, transpose_b, lda, ldb, ldc);
+  require_int_head_gemm_extents({count, rows, cols, inner, lda, ldb, ldc});
+  const HandleOnStream h(exec);
+  using Factor = std::conditional_t<std::is_same<T, double>::value, double, float>;
+  const Factor one = 1, zero = 0;
+  const cudaDataType_t type = data_type<T>();
+  // Row-major c = a op(b) is column-major c^T = op(b)^T a^T (tensor_gemm_heads).
+  const cublasStatus_t status = cublasGemmBatchedEx(
+      h.handle, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, CUBLAS_OP_N, int(cols), int(rows), int(inner), &one,
+      reinterpret_cast<const void* const*>(b), type, int(ldb), reinterpret_cast<const void* const*>(a), type,
+      int(lda), &zero, reinterpret_cast<void* const*>(c), type, int(ldc), int(count),
+      compute_type<T>(float_gemm), CUBLAS_GEMM_DEFAULT);
+  if (status != CUBLAS_STATUS_SUCCESS)
+    throw std::runtime_error("KokkosMLA: cublasGemmBatchedEx failed with status " +
+                             std::to_string(int(status)));
+}
+
 #define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(T)                                                         \
   template void tensor_gemm(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, const T*, \
                             std::int64_t, const T*, std::int64_t, T*, std::int64_t, FloatGemm);
@@ -129,6 +151,12 @@ void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_
   template void tensor_gemm_heads(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t,    \
                                   std::int64_t, HeadMatrices<const T>, HeadMatrices<const T>, bool, \
                                   HeadMatrices<T>, FloatGemm, double);
+#define KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_POINTERS(T)                                               \
+  template void tensor_gemm_pointers(const Kokkos::Cuda&, std::int64_t, std::int64_t, std::int64_t, \
+                                     std::int64_t, const T* const*, std::int64_t, const T* const*,  \
+                                     std::int64_t, bool, T* const*, std::int64_t, FloatGemm);
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_POINTERS(float)
+KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_POINTERS(double)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(float)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM(double)
 KOKKOSMLA_INSTANTIATE_TENSOR_GEMM_HEADS(float)

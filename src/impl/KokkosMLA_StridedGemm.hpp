@@ -130,6 +130,60 @@ void gemm_heads(const ExecSpace& exec, std::int64_t heads, std::int64_t rows, st
   }
 }
 
+/// Writes the device addresses of a grouped GEMM's matrices (gemm_groups):
+/// a's of every (group, head), then b's, then c's, `count` each.
+template <class T>
+struct GroupedGemmPointers {
+  std::uintptr_t* to;
+  GroupedMatrices<const T> a, b;
+  GroupedMatrices<T> c;
+  std::int64_t heads, count;
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t i) const {
+    const std::int64_t g = i / heads, h = i % heads;
+    to[i] = reinterpret_cast<std::uintptr_t>(a.data + g * a.group_step + h * a.step);
+    to[count + i] = reinterpret_cast<std::uintptr_t>(b.data + g * b.group_step + h * b.step);
+    to[2 * count + i] = reinterpret_cast<std::uintptr_t>(c.data + g * c.group_step + h * c.step);
+  }
+};
+
+/// Elements of the pointer workspace gemm_groups takes for groups x heads matrices.
+inline std::int64_t grouped_gemm_pointers(std::int64_t groups, std::int64_t heads) {
+  return 3 * groups * heads;
+}
+
+/// For every group g < groups and head h < heads, c_gh = a_gh b_gh or, with
+/// transpose_b, a_gh b_gh^T (as gemm_heads, each group's heads at their
+/// steps): on cuBLAS one batched call over every (group, head), whose
+/// matrices' addresses are first written into `pointers` (at least
+/// grouped_gemm_pointers elements) on exec, so that the call neither waits
+/// for the host nor copies from it; elsewhere, and for one group, one
+/// gemm_heads call a group.
+template <class ExecSpace, class Scalar>
+void gemm_groups(const ExecSpace& exec, std::int64_t groups, std::int64_t heads, std::int64_t rows,
+                 std::int64_t cols, std::int64_t inner, GroupedMatrices<const Scalar> a,
+                 GroupedMatrices<const Scalar> b, bool transpose_b, GroupedMatrices<Scalar> c,
+                 const Kokkos::View<std::uintptr_t*, typename ExecSpace::memory_space>& pointers,
+                 FloatGemm float_gemm = FloatGemm::Fp32) {
+  if constexpr (calls_cublas<ExecSpace>()) {
+#if KOKKOSMLA_ENABLE_CUBLAS
+    const std::int64_t count = groups * heads;
+    if (groups > 1 && std::int64_t(pointers.extent(0)) >= grouped_gemm_pointers(groups, heads)) {
+      std::uintptr_t* const p = pointers.data();
+      Kokkos::parallel_for("KokkosMLA::gemm_groups::pointers",
+                           Kokkos::RangePolicy<ExecSpace, Kokkos::IndexType<std::int64_t>>(exec, 0, count),
+                           GroupedGemmPointers<Scalar>{p, a, b, c, heads, count});
+      tensor_gemm_pointers(exec, count, rows, cols, inner, reinterpret_cast<const Scalar* const*>(p), a.ld,
+                           reinterpret_cast<const Scalar* const*>(p + count), b.ld, transpose_b,
+                           reinterpret_cast<Scalar* const*>(p + 2 * count), c.ld, float_gemm);
+      return;
+    }
+#endif
+  }
+  (void)pointers;
+  for (std::int64_t g = 0; g < groups; ++g)
+    gemm_heads(exec, heads, rows, cols, inner, a.group(g), b.group(g), transpose_b, c.group(g), float_gemm);
+}
+
 /// The Decompressed prefill's up-projection: c (rows, H, D) = a w, c's rows
 /// ldc >= H D elements apart, for a row-major a (rows x inner, its rows lda apart) and weights w
 /// (inner, H, D) whose rows and heads lie at w.row and w.head (HeadRows): one

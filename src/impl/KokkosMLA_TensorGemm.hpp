@@ -89,6 +89,16 @@ HeadMatrices<T> head_matrices(HeadRows<T> r) {
   return {r.ptr, r.row, r.head};
 }
 
+/// A row-major matrix of each (group g, head h): it starts at data +
+/// g group_step + h step, its rows ld elements apart, as one head's slice of
+/// each batch element's rows of a (B, T, H, D) tensor lies.
+template <class T>
+struct GroupedMatrices {
+  T* data;
+  std::int64_t ld, step, group_step;
+  HeadMatrices<T> group(std::int64_t g) const { return {data + g * group_step, ld, step}; }
+};
+
 /// The row strides of a row-major GEMM c (rows x cols) = a (rows x inner)
 /// op(b) (b inner x cols, or cols x inner transposed) as BLAS takes them: a
 /// matrix of one row may have any row stride (one row of a LayoutLeft view,
@@ -128,6 +138,17 @@ template <class T>
 void tensor_gemm_heads(const Kokkos::Cuda& exec, std::int64_t heads, std::int64_t rows, std::int64_t cols,
                        std::int64_t inner, HeadMatrices<const T> a, HeadMatrices<const T> b, bool transpose_b,
                        HeadMatrices<T> c, FloatGemm float_gemm = FloatGemm::Fp32, double alpha = 1);
+
+/// For every i < count, c_i = a_i b_i (b_i inner x cols) or, with
+/// transpose_b, a_i b_i^T (b_i cols x inner), for the row-major matrices at
+/// the device pointers a[i] (rows x inner, rows lda apart), b[i] and c[i]
+/// (rows x cols): one batched cuBLAS call on exec's stream (float T: as
+/// float_gemm says; double: fp64).
+template <class T>
+void tensor_gemm_pointers(const Kokkos::Cuda& exec, std::int64_t count, std::int64_t rows, std::int64_t cols,
+                          std::int64_t inner, const T* const* a, std::int64_t lda, const T* const* b,
+                          std::int64_t ldb, bool transpose_b, T* const* c, std::int64_t ldc,
+                          FloatGemm float_gemm = FloatGemm::Fp32);
 
 }  // namespace Impl
 }  // namespace KokkosMLA

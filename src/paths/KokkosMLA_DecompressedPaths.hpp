@@ -192,17 +192,21 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
 
   DecompressedGemmPath(const ExecSpace&, const PrefillProblem& p)
       : Base(p),
-        block_(block_rows(p.shape, p.backend)),
-        scores_(Impl::workspace<Scalar, typename ExecSpace::memory_space>(
-            "KokkosMLA::Plan::scores", block_ * p.shape.heads * p.shape.keys)) {}
+        blocking_(blocking(p.shape, p.backend)),
+        scores_(Impl::workspace<Scalar, memory_space>(
+            "KokkosMLA::Plan::scores", blocking_.rows * blocking_.batches * p.shape.heads * p.shape.keys)),
+        pointers_("KokkosMLA::Plan::gemm_pointers",
+                  blocking_.batches > 1 ? grouped_gemm_pointers(blocking_.batches, p.shape.heads) : 0) {}
   static constexpr Path id = Path::DecompressedGemm;
   Path path() const override { return id; }
   std::size_t workspace_bytes() const override {
-    return Base::workspace_bytes() + scores_.span() * sizeof(Scalar);
+    return Base::workspace_bytes() + scores_.span() * sizeof(Scalar) +
+           pointers_.span() * sizeof(std::uintptr_t);
   }
   std::string describe() const override {
     std::ostringstream o;
-    o << "team_size=" << this->problem_.backend.team_size << " query_block=" << block_
+    o << "team_size=" << this->problem_.backend.team_size << " query_block=" << blocking_.rows
+      << " batches_per_block=" << blocking_.batches
       << " attention=gemms scores=" << scores_.span() * sizeof(Scalar) << "B";
     return o.str();
   }
@@ -213,46 +217,63 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
     const std::int64_t width = s.heads * s.head_dim;  // K and V rows: (H, D) each
     const auto q = head_rows(c.q);
     const auto out = head_rows(c.out);
-    Scalar* const scores = scores_.data();
-    for (std::int64_t b = 0; b < s.batch; ++b)
-      for (std::int64_t t0 = 0; t0 < s.queries; t0 += block_) {
-        const std::int64_t rows = std::min(block_, s.queries - t0);
+    // Batch element b's rows of q and out lie T rows further than b - 1's, its K and V rows S further.
+    const std::int64_t q_step = s.queries * q.row, out_step = s.queries * out.row, kv_step = s.keys * width;
+    for (std::int64_t b0 = 0; b0 < s.batch; b0 += blocking_.batches)
+      for (std::int64_t t0 = 0; t0 < s.queries; t0 += blocking_.rows) {
+        const std::int64_t batches = std::min(blocking_.batches, s.batch - b0);
+        const std::int64_t rows = std::min(blocking_.rows, s.queries - t0);
         // Causal: the block's last query sees keys up to S - T + t0 + rows - 1.
         const std::int64_t columns =
             this->problem_.options.causal ? std::min(s.keys, s.keys - s.queries + t0 + rows) : s.keys;
-        const HeadMatrices<Scalar> p{scores, columns, rows * columns};
-        gemm_heads(exec, s.heads, rows, columns, s.head_dim,
-                   HeadMatrices<const Scalar>{q.at(b * s.queries + t0, 0), q.row, q.head},
-                   HeadMatrices<const Scalar>{k + b * s.keys * width, width, s.head_dim}, true, p);
+        // The scores of (batch element, head) pairs, each rows x columns, one after another.
+        const GroupedMatrices<Scalar> p{scores_.data(), columns, rows * columns, s.heads * rows * columns};
+        gemm_groups(exec, batches, s.heads, rows, columns, s.head_dim,
+                    GroupedMatrices<const Scalar>{q.at(b0 * s.queries + t0, 0), q.row, q.head, q_step},
+                    GroupedMatrices<const Scalar>{k + b0 * kv_step, width, s.head_dim, kv_step}, true, p,
+                    pointers_);
         launch(exec, "KokkosMLA::Decompressed::softmax",
-               RowSoftmaxKernel<ExecSpace, Scalar>{scores, c.lse, columns, rows, t0, b, s.queries, s.keys,
-                                                   s.heads, Scalar(this->problem_.scale),
+               RowSoftmaxKernel<ExecSpace, Scalar>{p.data, c.lse, columns, rows, t0, b0, batches, s.queries,
+                                                   s.keys, s.heads, Scalar(this->problem_.scale),
                                                    this->problem_.options.causal},
                this->problem_.backend.team_size, 0);
-        gemm_heads(exec, s.heads, rows, s.head_dim, columns, HeadMatrices<const Scalar>{p.data, p.ld, p.step},
-                   HeadMatrices<const Scalar>{v + b * s.keys * width, width, s.head_dim}, false,
-                   HeadMatrices<Scalar>{out.at(b * s.queries + t0, 0), out.row, out.head});
+        gemm_groups(exec, batches, s.heads, rows, s.head_dim, columns,
+                    GroupedMatrices<const Scalar>{p.data, p.ld, p.step, p.group_step},
+                    GroupedMatrices<const Scalar>{v + b0 * kv_step, width, s.head_dim, kv_step}, false,
+                    GroupedMatrices<Scalar>{out.at(b0 * s.queries + t0, 0), out.row, out.head, out_step},
+                    pointers_);
       }
   }
 
  private:
-  /// Query rows per block. A causal block also computes the hidden half of
-  /// its diagonal tile, a fraction rows / T more products, so blocks are as
-  /// small as keeps the GEMMs efficient: on a GPU, enough that all heads'
-  /// blocks fill it (rows x heads about 16K, 128 tiles of 128 x 128 for
-  /// P V: on the H200, (1, 4096, 16, 128, 512) took 1.7x, 1.3x and 1.07x
-  /// the time with 2K, 4K and 8K, and 32K the same); on a host, 128 rows a
-  /// head. At most 1 GiB of scores, which long sequences reach first.
-  static std::int64_t block_rows(const Shape& s, const Backend& be) {
+  using memory_space = typename ExecSpace::memory_space;
+  /// A block of the attention: `rows` query rows of `batches` batch elements, every head.
+  struct Blocking {
+    std::int64_t rows, batches;
+  };
+  /// A causal block also computes the hidden half of its diagonal tile, a
+  /// fraction rows / T more products, so blocks are as small as keeps the
+  /// GEMMs efficient: on a GPU, rows x batch elements x heads about 16K, 128
+  /// tiles of 128 x 128 for P V (on the H200, (1, 4096, 16, 128, 512) took
+  /// 1.7x, 1.3x and 1.07x the time with 2K, 4K and 8K, and 32K the same), so
+  /// a block takes every batch element whose scores fit and as few rows as
+  /// fill the GPU with them; on a host (whose BLAS calls go one matrix at
+  /// a time), 128 rows of one batch element. At most 1 GiB of scores, which
+  /// long sequences reach first.
+  static Blocking blocking(const Shape& s, const Backend& be) {
     constexpr std::int64_t kRowsTimesHeads = 16384, kHostRows = 128;
     constexpr std::int64_t kScores = (std::int64_t(1) << 30) / std::int64_t(sizeof(Scalar));
-    const std::int64_t rows =
-        std::min(be.host ? kHostRows : kRowsTimesHeads / s.heads, kScores / (s.heads * s.keys));
-    return std::max<std::int64_t>(1, std::min(rows, s.queries));
+    const std::int64_t per_row = s.heads * s.keys;  // scores of one query row of one batch element
+    const std::int64_t batches =
+        be.host ? 1 : std::max<std::int64_t>(1, std::min(s.batch, kScores / per_row));
+    const std::int64_t wanted = be.host ? kHostRows : kRowsTimesHeads / (batches * s.heads);
+    const std::int64_t rows = std::min({wanted, kScores / (batches * per_row), s.queries});
+    return {std::max<std::int64_t>(1, rows), batches};
   }
 
-  std::int64_t block_;
-  Kokkos::View<Scalar*, typename ExecSpace::memory_space> scores_;
+  Blocking blocking_;
+  Kokkos::View<Scalar*, memory_space> scores_;
+  Kokkos::View<std::uintptr_t*, memory_space> pointers_;
 };
 
 /// The host flash kernel (launched as every host kernel: launch_on_host).
