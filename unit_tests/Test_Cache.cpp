@@ -409,6 +409,33 @@ TYPED_TEST(Cache, AttentionByGemmsTakesOnlySequencesThatFitItsChunk) {
   EXPECT_FALSE(Unit::sequence_fits_chunk(prefill));
 }
 
+// The GEMM path's key parts on a GPU of 132 multiprocessors at B = 128,
+// H = 128: the whole capacity in one part where a chunk's sequences keep 90 %
+// of P latent's waves of 128 x 128 tiles busy (float: 64 sequences a chunk at
+// Tq = 1, S = 4096, 256 tiles), else 1024-key parts (float at S = 8192: 43
+// sequences, 172 tiles, the second wave a third busy). Double's chunks hold
+// half as many sequences.
+TYPED_TEST(Cache, AttentionByGemmsKeyPartsFillWholeWaves) {
+  using Unit = Impl::CacheGemmPath<TypeParam, Space>;
+  const bool fp32 = sizeof(TypeParam) == 4;
+  CacheShape s;
+  s.batch = 128;
+  s.heads = 128;
+  s.head_dim = 128;
+  s.latent_dim = 512;
+  s.rope_dim = 64;
+  const std::int64_t want[][3] = {// Tq, S, keys of a part
+                                  {1, 4096, fp32 ? 4096 : 1024},
+                                  {1, 8192, 1024},
+                                  {2, 4096, 4096},
+                                  {2, 8192, fp32 ? 8192 : 1024}};
+  for (const auto& w : want) {
+    s.queries = w[0];
+    s.capacity = w[1];
+    EXPECT_EQ(Unit::key_part_for(s, 132, Unit::kChunkBytes), w[2]) << "Tq " << w[0] << ", S " << w[1];
+  }
+}
+
 // Attention by GEMMs, causal and not, with idle rows and NaN in every cache
 // row no sequence holds: through a plan (its sequences in as few GEMMs as
 // fit its chunk budget, keys in one part), and with one sequence per GEMM (a

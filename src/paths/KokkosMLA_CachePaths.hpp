@@ -31,6 +31,7 @@
 #include "impl/KokkosMLA_Widen.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <sstream>
 
 namespace KokkosMLA {
@@ -460,7 +461,8 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
   /// Bytes of the gathered tokens, scores and partial products of a chunk of
   /// sequences (as many as fit, in chunks of equal size).
   static constexpr std::int64_t kChunkBytes = std::int64_t(1) << 30;
-  /// Keys of a part of the split-K product.
+  /// Keys of a part of the split-K product (on GPUs where one part would
+  /// leave P latent's tiles short of whole waves: key_part_for).
   static constexpr std::int64_t kKeyPart = 1024;
 
   static bool applicable(const CacheProblem& p) {
@@ -481,10 +483,14 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     return per_sequence(s, std::min(kKeyPart, s.capacity)) * std::int64_t(sizeof(Scalar)) <= kChunkBytes;
   }
 
+  /// key_part 0: as key_part_for chooses.
   CacheGemmPath(const ExecSpace&, const CacheProblem& p, std::int64_t chunk_bytes = kChunkBytes,
-                std::int64_t key_part = kKeyPart)
+                std::int64_t key_part = 0)
       : problem_(p),
-        part_(std::min(key_part, p.shape.capacity)),
+        part_(std::min(key_part > 0     ? key_part
+                       : p.backend.host ? kKeyPart
+                                        : key_part_for(p.shape, p.backend.multiprocessors(), chunk_bytes),
+                       p.shape.capacity)),
         parts_((p.shape.capacity + part_ - 1) / part_),
         chunk_(chunk_sequences(chunk_bytes)),
         float_gemm_(p.options.allow_tf32 && !p.options.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32),
@@ -492,6 +498,20 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
                                                   p.shape.batch * rows() * width())),
         chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered",
                                                      chunk_ * per_sequence(p.shape, part_))) {}
+  /// Keys of a part on a GPU of `multiprocessors`: the whole capacity (no
+  /// partial sums) where a chunk's sequences alone keep 90 % of P latent's
+  /// waves of 128 x 128 output tiles busy, else kKeyPart. On the H200 at
+  /// B = 128, H = 128 one part took 3-6 % off the step where it does (Tq = 1,
+  /// S = 4096: 64 sequences a chunk, 256 tiles on 132 multiprocessors; and
+  /// Tq = 2), and where it does not, three parts of 2816 keys that would
+  /// (Tq = 1, S = 8192) made it 6 % slower than 1024-key parts
+  /// (docs/performance.md, "Key parts that fill whole waves").
+  static std::int64_t key_part_for(const CacheShape& s, double multiprocessors, std::int64_t chunk_bytes) {
+    const double tiles = double(chunk_sequences(s, s.capacity, chunk_bytes) *
+                                ((s.queries * s.heads + 127) / 128) * ((s.latent_dim + 127) / 128));
+    const double busy = tiles / (std::ceil(tiles / multiprocessors) * multiprocessors);
+    return busy >= 0.9 ? s.capacity : kKeyPart;
+  }
   static constexpr Path id = Path::CacheGemm;
   Path path() const override { return id; }
   int splits() const override { return 1; }
@@ -574,12 +594,15 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     return parts * part * (s.latent_dim + s.rope_dim + rows) + (parts > 1 ? parts * rows * s.latent_dim : 0);
   }
   std::int64_t chunk_sequences(std::int64_t chunk_bytes) const {
-    const std::int64_t batch = problem_.shape.batch;
+    return chunk_sequences(problem_.shape, part_, chunk_bytes);
+  }
+  /// Sequences a chunk of at most chunk_bytes holds with keys in parts of
+  /// `part`, the batch in chunks of equal size.
+  static std::int64_t chunk_sequences(const CacheShape& s, std::int64_t part, std::int64_t chunk_bytes) {
     const std::int64_t most = std::max<std::int64_t>(
-        1,
-        std::min(batch, chunk_bytes / (per_sequence(problem_.shape, part_) * std::int64_t(sizeof(Scalar)))));
-    const std::int64_t chunks = (batch + most - 1) / most;
-    return (batch + chunks - 1) / chunks;
+        1, std::min(s.batch, chunk_bytes / (per_sequence(s, part) * std::int64_t(sizeof(Scalar)))));
+    const std::int64_t chunks = (s.batch + most - 1) / most;
+    return (s.batch + chunks - 1) / chunks;
   }
 
   CacheProblem problem_;
