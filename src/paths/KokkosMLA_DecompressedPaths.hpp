@@ -176,15 +176,19 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   /// Queries from which the path is taken by default: below it one launch
   /// of the flash kernel costs less than three per block.
   static constexpr std::int64_t kMinQueries = 128;
-  /// Head dimensions above which it is: at D = 64 a score's two products
-  /// are too short to pay for its trip through memory (on the H200,
-  /// (4, 1024, 16, 64, 256) took 0.953 ms against the blocked kernel's 0.932).
+  /// Head dimensions above which it is for one batch element: at D = 64 a
+  /// score's two products are too short to pay for its trip through memory
+  /// when a block holds all of a sequence's rows (on the H200,
+  /// (4, 1024, 16, 64, 256) in blocks of one batch element took 0.953 ms
+  /// against the blocked kernel's 0.932). Blocks over several batch
+  /// elements hold fewer rows, and so compute less of the causal square.
   static constexpr std::int64_t kMinHeadDim = 65;
   static bool applicable(const PrefillProblem& p) {
     if (p.wanted != Algorithm::Decompressed) return false;
     if (p.options.path) return true;  // asked for by name (visit_if_applicable has checked which)
 #if KOKKOSMLA_ENABLE_CUBLAS
-    return is_cuda_space<ExecSpace>() && p.shape.queries >= kMinQueries && p.shape.head_dim >= kMinHeadDim;
+    return is_cuda_space<ExecSpace>() && p.shape.queries >= kMinQueries &&
+           (p.shape.head_dim >= kMinHeadDim || p.shape.batch > 1);
 #else
     return false;
 #endif
