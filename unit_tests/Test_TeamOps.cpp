@@ -134,6 +134,17 @@ TEST(TeamOps, SoftmaxOfRowWithNanIsNan) {
   EXPECT_TRUE(std::isnan(data[0]));
 }
 
+// Softmax teams: a warp for rows a warp covers in one group of loads a
+// thread, doubled up to the backend's team size; hosts' one-thread teams stay.
+TEST(TeamOps, SoftmaxTeamsGrowWithTheirRows) {
+  EXPECT_EQ(Impl::softmax_team_size(1, 128), 32);
+  EXPECT_EQ(Impl::softmax_team_size(256, 128), 32);
+  EXPECT_EQ(Impl::softmax_team_size(257, 128), 64);
+  EXPECT_EQ(Impl::softmax_team_size(768, 128), 128);
+  EXPECT_EQ(Impl::softmax_team_size(4096, 128), 128);
+  EXPECT_EQ(Impl::softmax_team_size(4096, 1), 1);
+}
+
 // A row whose every visible score is NaN has NaN probabilities and a NaN
 // lse, not the -inf (reported +inf) of a row with no key.
 TEST(TeamOps, SoftmaxOfAllNanRowHasNanLse) {
