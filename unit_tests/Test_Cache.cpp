@@ -391,22 +391,25 @@ TYPED_TEST(Cache, RowsWithNoKeyGetZeroOutAndInfiniteLse) {
   EXPECT_GT(expect_cases_match_reference<TypeParam>(idle_cases(), {0, 1, 3}, 150), 0);
 }
 
+/// FlashMLA's decode shape at 128 heads: B = 128, D = 128, R = 512, Dr = 64.
+CacheShape decode_at_128_heads(std::int64_t queries, std::int64_t capacity) {
+  CacheShape s;
+  s.batch = 128;
+  s.queries = queries;
+  s.heads = 128;
+  s.head_dim = 128;
+  s.latent_dim = 512;
+  s.rope_dim = 64;
+  s.capacity = capacity;
+  return s;
+}
+
 // The GEMM path's default stops where one sequence's scores outgrow its
 // chunk: a decode step at 128 heads fits, a chunked prefill of 4096 queries does not.
 TYPED_TEST(Cache, AttentionByGemmsTakesOnlySequencesThatFitItsChunk) {
   using Unit = Impl::CacheGemmPath<TypeParam, Space>;
-  CacheShape decode;
-  decode.batch = 128;
-  decode.queries = 1;
-  decode.heads = 128;
-  decode.head_dim = 128;
-  decode.latent_dim = 512;
-  decode.rope_dim = 64;
-  decode.capacity = 8192;
-  EXPECT_TRUE(Unit::sequence_fits_chunk(decode));
-  CacheShape prefill = decode;
-  prefill.queries = 4096;
-  EXPECT_FALSE(Unit::sequence_fits_chunk(prefill));
+  EXPECT_TRUE(Unit::sequence_fits_chunk(decode_at_128_heads(1, 8192)));
+  EXPECT_FALSE(Unit::sequence_fits_chunk(decode_at_128_heads(4096, 8192)));
 }
 
 // The GEMM path's key parts on a GPU of 132 multiprocessors at B = 128,
@@ -418,22 +421,14 @@ TYPED_TEST(Cache, AttentionByGemmsTakesOnlySequencesThatFitItsChunk) {
 TYPED_TEST(Cache, AttentionByGemmsKeyPartsFillWholeWaves) {
   using Unit = Impl::CacheGemmPath<TypeParam, Space>;
   const bool fp32 = sizeof(TypeParam) == 4;
-  CacheShape s;
-  s.batch = 128;
-  s.heads = 128;
-  s.head_dim = 128;
-  s.latent_dim = 512;
-  s.rope_dim = 64;
   const std::int64_t want[][3] = {// Tq, S, keys of a part
                                   {1, 4096, fp32 ? 4096 : 1024},
                                   {1, 8192, 1024},
                                   {2, 4096, 4096},
                                   {2, 8192, fp32 ? 8192 : 1024}};
-  for (const auto& w : want) {
-    s.queries = w[0];
-    s.capacity = w[1];
-    EXPECT_EQ(Unit::key_part_for(s, 132, Unit::kChunkBytes), w[2]) << "Tq " << w[0] << ", S " << w[1];
-  }
+  for (const auto& w : want)
+    EXPECT_EQ(Unit::key_part_for(decode_at_128_heads(w[0], w[1]), 132, Unit::kChunkBytes), w[2])
+        << "Tq " << w[0] << ", S " << w[1];
 }
 
 // Attention by GEMMs, causal and not, with idle rows and NaN in every cache
