@@ -439,11 +439,13 @@ class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
 /// per head, the RoPE queries beside it as rows [qa, q_rope]; per chunk of
 /// sequences, their tokens gathered into a contiguous array of [latent,
 /// RoPE key] rows (zeros past each length), the scores of a sequence's
-/// Tq x H rows against its keys by batched GEMMs (one per part of
-/// kKeyPart keys), the softmax in place (CacheSoftmaxKernel), P latent by
-/// one batched GEMM over every (sequence, part) and the parts summed
-/// (split-K: a sequence's 128 rows x 512 columns alone would leave most of
-/// a GPU idle); out = oa w_uv by one GEMM per head. The products run at the
+/// Tq x H rows against its keys by batched GEMMs (one per part of its
+/// keys: the whole capacity where a chunk's sequences fill the GPU, else
+/// kKeyPart keys; key_part_for), the softmax in place (CacheSoftmaxKernel),
+/// P latent by one batched GEMM over every (sequence, part) and, with
+/// several parts, the parts summed (split-K: a few sequences' 128 rows x
+/// 512 columns alone would leave most of a GPU idle); out = oa w_uv by one
+/// GEMM per head. The products run at the
 /// BLAS's rate, which pays where many rows share each token. Taken by
 /// default on CUDA (cuBLAS) from kMinRows rows per sequence; elsewhere
 /// when named (Options::path), which tests it on every backend. Dense
