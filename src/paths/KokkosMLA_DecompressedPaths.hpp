@@ -167,8 +167,8 @@ class DecompressedBlockedPath final : public DecompressedPrefill<Scalar, ExecSpa
 /// exact fp32 on the H200 the prefill took 1.4-1.7x less time than with the
 /// blocked flash kernel (T = 1K-32K, D = 128), and 0.1 ms less at
 /// (4, 1024, 16, 64, 256). Taken by default for float and double on CUDA
-/// (cuBLAS) from 128 queries where D > 64 or B > 1; elsewhere when named
-/// (Options::path), which tests it on every backend.
+/// (cuBLAS) from 128 queries where D > 64, or D >= 64 and B > 1; elsewhere
+/// when named (Options::path), which tests it on every backend.
 template <class Scalar, class ExecSpace>
 class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace> {
   using Base = DecompressedPrefill<Scalar, ExecSpace>;
@@ -177,19 +177,21 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   /// Queries from which the path is taken by default: below it one launch
   /// of the flash kernel costs less than three per block.
   static constexpr std::int64_t kMinQueries = 128;
-  /// Head dimensions above which it is for one batch element: at D = 64 a
+  /// Head dimensions from which it is, for one batch element: at D = 64 a
   /// score's two products are too short to pay for its trip through memory
   /// when a block holds all of a sequence's rows (on the H200,
   /// (4, 1024, 16, 64, 256) in blocks of one batch element took 0.953 ms
   /// against the blocked kernel's 0.932). Blocks over several batch
-  /// elements hold fewer rows, and so compute less of the causal square.
-  static constexpr std::int64_t kMinHeadDim = 65;
+  /// elements hold fewer rows, and so compute less of the causal square:
+  /// from D = 64 there (that shape 0.751 against 0.923-0.929 ms on an H100;
+  /// smaller D not measured).
+  static constexpr std::int64_t kMinHeadDim = 65, kMinGroupedHeadDim = 64;
   static bool applicable(const PrefillProblem& p) {
     if (p.wanted != Algorithm::Decompressed) return false;
     if (p.options.path) return true;  // asked for by name (visit_if_applicable has checked which)
 #if KOKKOSMLA_ENABLE_CUBLAS
     return is_cuda_space<ExecSpace>() && p.shape.queries >= kMinQueries &&
-           (p.shape.head_dim >= kMinHeadDim || p.shape.batch > 1);
+           p.shape.head_dim >= (p.shape.batch > 1 ? kMinGroupedHeadDim : kMinHeadDim);
 #else
     return false;
 #endif
