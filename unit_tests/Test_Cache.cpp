@@ -412,23 +412,27 @@ TYPED_TEST(Cache, AttentionByGemmsTakesOnlySequencesThatFitItsChunk) {
   EXPECT_FALSE(Unit::sequence_fits_chunk(decode_at_128_heads(4096, 8192)));
 }
 
-// The GEMM path's key parts on a GPU of 132 multiprocessors at B = 128,
-// H = 128: the whole capacity in one part where a chunk's sequences keep 90 %
-// of P latent's waves of 128 x 128 tiles busy (float: 64 sequences a chunk at
-// Tq = 1, S = 4096, 256 tiles), else 1024-key parts (float at S = 8192: 43
-// sequences, 172 tiles, the second wave a third busy). Double's chunks hold
-// half as many sequences.
-TYPED_TEST(Cache, AttentionByGemmsKeyPartsFillWholeWaves) {
+// The GEMM path's key parts and chunks on a GPU of 132 multiprocessors at
+// B = 128, H = 128: the whole capacity in one part with the largest equal
+// chunk, of at least a quarter of the fullest, whose sequences keep 90 % of
+// P latent's waves of 128 x 128 tiles busy (float at Tq = 1, S = 4096: the
+// fullest, 64 sequences, 256 tiles; at S = 8192: 32 sequences, 128 tiles,
+// where the fullest, 43, makes 172), else 1024-key parts with as many
+// sequences as fit (double at Tq = 1, S = 8192: no chunk of 6 to 22
+// sequences fills the waves). Double's chunks hold half as many sequences.
+TYPED_TEST(Cache, AttentionByGemmsChunksFillWholeWaves) {
   using Unit = Impl::CacheGemmPath<TypeParam, Space>;
   const bool fp32 = sizeof(TypeParam) == 4;
-  const std::int64_t want[][3] = {// Tq, S, keys of a part
-                                  {1, 4096, fp32 ? 4096 : 1024},
-                                  {1, 8192, 1024},
-                                  {2, 4096, 4096},
-                                  {2, 8192, fp32 ? 8192 : 1024}};
-  for (const auto& w : want)
-    EXPECT_EQ(Unit::key_part_for(decode_at_128_heads(w[0], w[1]), 132, Unit::kChunkBytes), w[2])
-        << "Tq " << w[0] << ", S " << w[1];
+  const std::int64_t want[][4] = {// Tq, S, keys of a part, sequences of a chunk
+                                  {1, 4096, 4096, fp32 ? 64 : 32},
+                                  {1, 8192, fp32 ? 8192 : 1024, fp32 ? 32 : 19},
+                                  {2, 4096, 4096, fp32 ? 64 : 32},
+                                  {2, 8192, 8192, fp32 ? 32 : 16}};
+  for (const auto& w : want) {
+    const auto c = Unit::chunking_for(decode_at_128_heads(w[0], w[1]), 132, Unit::kChunkBytes);
+    EXPECT_EQ(c.part, w[2]) << "Tq " << w[0] << ", S " << w[1];
+    EXPECT_EQ(c.sequences, w[3]) << "Tq " << w[0] << ", S " << w[1];
+  }
 }
 
 // Attention by GEMMs, causal and not, with idle rows and NaN in every cache

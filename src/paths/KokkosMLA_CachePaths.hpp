@@ -441,7 +441,7 @@ class CacheHostPath final : public PortableCache<Scalar, ExecSpace> {
 /// RoPE key] rows (zeros past each length), the scores of a sequence's
 /// Tq x H rows against its keys by batched GEMMs (one per part of its
 /// keys: the whole capacity where a chunk's sequences fill the GPU, else
-/// kKeyPart keys; key_part_for), the softmax in place (CacheSoftmaxKernel),
+/// kKeyPart keys; chunking_for), the softmax in place (CacheSoftmaxKernel),
 /// P latent by one batched GEMM over every (sequence, part) and, with
 /// several parts, the parts summed (split-K: a few sequences' 128 rows x
 /// 512 columns alone would leave most of a GPU idle); out = oa w_uv by one
@@ -464,7 +464,7 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
   /// sequences (as many as fit, in chunks of equal size).
   static constexpr std::int64_t kChunkBytes = std::int64_t(1) << 30;
   /// Keys of a part of the split-K product (on GPUs where one part would
-  /// leave P latent's tiles short of whole waves: key_part_for).
+  /// leave P latent's tiles short of whole waves: chunking_for).
   static constexpr std::int64_t kKeyPart = 1024;
 
   static bool applicable(const CacheProblem& p) {
@@ -485,34 +485,40 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     return per_sequence(s, std::min(kKeyPart, s.capacity)) * std::int64_t(sizeof(Scalar)) <= kChunkBytes;
   }
 
-  /// key_part 0: as key_part_for chooses.
+  /// Keys of a part and sequences of a chunk.
+  struct Chunking {
+    std::int64_t part, sequences;
+  };
+
+  /// key_part 0: as chunking_for chooses (hosts: kKeyPart keys).
   CacheGemmPath(const ExecSpace&, const CacheProblem& p, std::int64_t chunk_bytes = kChunkBytes,
                 std::int64_t key_part = 0)
-      : problem_(p),
-        part_(std::min(key_part > 0     ? key_part
-                       : p.backend.host ? kKeyPart
-                                        : key_part_for(p.shape, p.backend.multiprocessors(), chunk_bytes),
-                       p.shape.capacity)),
-        parts_((p.shape.capacity + part_ - 1) / part_),
-        chunk_(chunk_sequences(chunk_bytes)),
-        float_gemm_(p.options.allow_tf32 && !p.options.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32),
-        absorbed_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::absorbed",
-                                                  p.shape.batch * rows() * width())),
-        chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered",
-                                                     chunk_ * per_sequence(p.shape, part_))) {}
-  /// Keys of a part on a GPU of `multiprocessors`: the whole capacity (no
-  /// partial sums) where a chunk's sequences alone keep 90 % of P latent's
-  /// waves of 128 x 128 output tiles busy, else kKeyPart. On the H200 at
-  /// B = 128, H = 128 one part took 3-6 % off the step where it does (Tq = 1,
-  /// S = 4096: 64 sequences a chunk, 256 tiles on 132 multiprocessors; and
-  /// Tq = 2), and where it does not, three parts of 2816 keys that would
-  /// (Tq = 1, S = 8192) made it 6 % slower than 1024-key parts
-  /// (docs/performance.md, "Key parts that fill whole waves").
-  static std::int64_t key_part_for(const CacheShape& s, double multiprocessors, std::int64_t chunk_bytes) {
-    const double tiles = double(chunk_sequences(s, s.capacity, chunk_bytes) *
-                                ((s.queries * s.heads + 127) / 128) * ((s.latent_dim + 127) / 128));
-    const double busy = tiles / (std::ceil(tiles / multiprocessors) * multiprocessors);
-    return busy >= 0.9 ? s.capacity : kKeyPart;
+      : CacheGemmPath(p, key_part > 0     ? in_parts_of(p.shape, key_part, chunk_bytes)
+                         : p.backend.host ? in_parts_of(p.shape, kKeyPart, chunk_bytes)
+                                          : chunking_for(p.shape, p.backend.multiprocessors(), chunk_bytes)) {
+  }
+  /// On a GPU of `multiprocessors`: the whole capacity in one part (no
+  /// partial sums), with the largest equal chunk of sequences, of at least a
+  /// quarter of the fullest that fits, whose 128 x 128 output tiles of P latent
+  /// keep 90 % of their waves busy; where no such chunk is, kKeyPart keys
+  /// with as many sequences as fit. On the H200 at B = 128, H = 128 one part
+  /// took 3-6 % off the step where the fullest chunk fills the waves (Tq = 1,
+  /// S = 4096: 64 sequences, 256 tiles on 132 multiprocessors; and Tq = 2);
+  /// at Tq = 1, S = 8192 the fullest chunk (43 sequences, 172 tiles) does not,
+  /// and one of 32 does. Three parts of 2816 keys, which would have filled
+  /// the waves of 43 sequences, made that step 6 % slower than 1024-key
+  /// parts (docs/performance.md, "Key parts that fill whole waves").
+  static Chunking chunking_for(const CacheShape& s, double multiprocessors, std::int64_t chunk_bytes) {
+    const std::int64_t most = chunk_sequences(s, s.capacity, chunk_bytes);
+    const double tiles_a_sequence =
+        double(((s.queries * s.heads + 127) / 128) * ((s.latent_dim + 127) / 128));
+    for (std::int64_t chunks = (s.batch + most - 1) / most; chunks <= s.batch; ++chunks) {
+      const std::int64_t n = (s.batch + chunks - 1) / chunks;
+      if (4 * n < most) break;
+      const double tiles = double(n) * tiles_a_sequence;
+      if (tiles / (std::ceil(tiles / multiprocessors) * multiprocessors) >= 0.9) return {s.capacity, n};
+    }
+    return in_parts_of(s, kKeyPart, chunk_bytes);
   }
   static constexpr Path id = Path::CacheGemm;
   Path path() const override { return id; }
@@ -595,8 +601,20 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
     const std::int64_t parts = (s.capacity + part - 1) / part, rows = s.queries * s.heads;
     return parts * part * (s.latent_dim + s.rope_dim + rows) + (parts > 1 ? parts * rows * s.latent_dim : 0);
   }
-  std::int64_t chunk_sequences(std::int64_t chunk_bytes) const {
-    return chunk_sequences(problem_.shape, part_, chunk_bytes);
+  CacheGemmPath(const CacheProblem& p, Chunking c)
+      : problem_(p),
+        part_(c.part),
+        parts_((p.shape.capacity + part_ - 1) / part_),
+        chunk_(c.sequences),
+        float_gemm_(p.options.allow_tf32 && !p.options.emulate_fp32 ? FloatGemm::Tf32 : FloatGemm::Fp32),
+        absorbed_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::absorbed",
+                                                  p.shape.batch * rows() * width())),
+        chunk_space_(workspace<Scalar, memory_space>("KokkosMLA::CachePlan::gathered",
+                                                     chunk_ * per_sequence(p.shape, part_))) {}
+  /// Keys in parts of `part` (at most the capacity), as many sequences a chunk as fit.
+  static Chunking in_parts_of(const CacheShape& s, std::int64_t part, std::int64_t chunk_bytes) {
+    const std::int64_t p = std::min(part, s.capacity);
+    return {p, chunk_sequences(s, p, chunk_bytes)};
   }
   /// Sequences a chunk of at most chunk_bytes holds with keys in parts of
   /// `part`, the batch in chunks of equal size.
