@@ -67,7 +67,7 @@ struct Options {
   /// Decompressed algorithm (head_dim 64 or 128; on Hopper the wgmma
   /// kernel, FlashSm90, elsewhere mma.sync), and cache attention over
   /// native caches of latent 512 with RoPE 64 or none (the DecodeTensorSm80
-  /// path, where Kokkos lets a team have 78 KB of scratch; from 256 query
+  /// path, where Kokkos lets a team have 78 KB of scratch; from 128 query
   /// rows a sequence, Tq x H, attention by cuBLAS's TF32 GEMMs instead, which
   /// measured faster there). Every other plan ignores it.
   bool allow_tf32 = false;

@@ -2017,10 +2017,10 @@ TEST(FloatCache, TensorCoreDecodeAsAccurateAsFp32) {
       }
       ++on_tensor_cores;
       // Where cuBLAS is, attention by GEMMs takes over: exact fp32 GEMMs in
-      // place of 3xTF32 from 128 query rows a sequence, TF32 GEMMs from 256.
+      // place of 3xTF32 from 128 query rows a sequence, and TF32 GEMMs.
       const std::int64_t rows = KOKKOSMLA_ENABLE_CUBLAS ? c.queries * c.heads : 0;
       EXPECT_EQ(emulated_path, rows >= 128 ? Path::CacheGemm : Path::DecodeTensorSm80);
-      EXPECT_EQ(tf32_path, rows >= 256 ? Path::CacheGemm : Path::DecodeTensorSm80);
+      EXPECT_EQ(tf32_path, rows >= 128 ? Path::CacheGemm : Path::DecodeTensorSm80);
       EXPECT_LE(emu[0], 2 * fp32[0] + 4 * std::ldexp(1.0, -22) * fp32[2]) << "fp32 error " << fp32[0];
       EXPECT_LE(emu[1], 2 * fp32[1] + 1e-6) << "fp32 lse error " << fp32[1];
       EXPECT_LT(emu[0], tf[0] / 8) << "against TF32";

@@ -351,7 +351,7 @@ TEST(PathChoice, TensorDecodeTakesFp8In32KeyStepsWhereScratchHoldsThem) {
 // 3xTF32), on native caches of its widths, where the large team scratch
 // holds two fp32 tiles (78 KB a team). Where cuBLAS is, attention by GEMMs
 // takes over unless the path is named: exact fp32 GEMMs in place of 3xTF32
-// from 128 query rows a sequence, TF32 GEMMs from 256.
+// from 128 query rows a sequence, and TF32 GEMMs.
 TEST(PathChoice, TensorDecodeTakesFloatWithTf32OrEmulationAndLargeScratch) {
   using Unit = Impl::DecodeTensorSm80Path<float, Kokkos::Cuda>;
   auto takes = [](const Backend& be, const CacheShape& s, bool tf32, bool emulate, bool named = false) {
@@ -376,9 +376,10 @@ TEST(PathChoice, TensorDecodeTakesFloatWithTf32OrEmulationAndLargeScratch) {
   EXPECT_FALSE(takes(large, other_widths, false, true));
   EXPECT_FALSE(takes(large, fp8, false, true));
   const CacheShape rows128{128, 1, 128, 128, 512, 64, 4096}, rows256{128, 2, 128, 128, 512, 64, 4096};
-  EXPECT_TRUE(takes(large, rows128, true, false));
+  EXPECT_EQ(takes(large, rows128, true, false), !KOKKOSMLA_ENABLE_CUBLAS);
   EXPECT_EQ(takes(large, rows256, true, false), !KOKKOSMLA_ENABLE_CUBLAS);
   EXPECT_EQ(takes(large, rows128, false, true), !KOKKOSMLA_ENABLE_CUBLAS);
+  EXPECT_TRUE(takes(large, rows128, true, false, true));
   EXPECT_TRUE(takes(large, rows256, true, false, true));
   EXPECT_TRUE(takes(large, rows256, false, true, true));
 }
