@@ -50,24 +50,21 @@ int sm80_decode_splits(const CacheProblem& p, bool fp8_in_32_key_steps) {
 }
 
 /// Whether float on tensor cores gives way, by default, to attention by
-/// cuBLAS GEMMs (CacheGemm, from 128 query rows a sequence), which on the
-/// H200 (B = 128, H = 128, S = 4096, same runs) was faster:
+/// cuBLAS GEMMs: wherever CacheGemm takes the problem (from its kMinRows
+/// query rows a sequence), which on the H200 (B = 128, H = 128, same runs)
+/// was faster:
 ///   - exact fp32 GEMMs in place of 3xTF32 (emulate_fp32), as accurate:
-///     4.76 against 5.21 ms at Tq = 1, 8.21 against 10.41 at Tq = 2;
-///   - TF32 GEMMs (allow_tf32): 3.43 against 4.61 ms at Tq = 2; at Tq = 1
+///     4.76 against 5.21 ms at Tq = 1, 8.21 against 10.41 at Tq = 2 (S = 4096);
+///   - TF32 GEMMs (allow_tf32): 3.43 against 4.61 ms at Tq = 2 (S = 4096); at Tq = 1
 ///     (128 rows) this kernel was ahead (2.35 against 2.45 ms) until the
 ///     GEMMs' chunks took one key part: 1.76 against 2.15 ms at S = 4096,
 ///     3.45 against 4.19 at S = 8192.
 /// The GEMMs read each token once for all of a sequence's rows; the kernel's
 /// teams hold 16.
-constexpr std::int64_t kTf32GemmRows = 128;
-
 template <class Scalar>
 bool gemms_preferred(const CacheProblem& p) {
-  if (!std::is_same<Scalar, float>::value || p.options.path ||
-      !CacheGemmPath<float, Kokkos::Cuda>::applicable(p))
-    return false;
-  return p.options.emulate_fp32 || p.shape.queries * p.shape.heads >= kTf32GemmRows;
+  return std::is_same<Scalar, float>::value && !p.options.path &&
+         CacheGemmPath<float, Kokkos::Cuda>::applicable(p);
 }
 
 }  // namespace
