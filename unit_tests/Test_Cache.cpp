@@ -1980,7 +1980,7 @@ std::array<double, 3> float_cache_errors(const Logical& l, const DeviceCache<flo
 // (3xTF32 keeps each operand to 2^-21, fp32 to 2^-24: where the exact
 // kernels' error is at fp32's floor, a few units of the emulation's show),
 // and far inside TF32's (from 128 rows a sequence, exact fp32 GEMMs); with
-// allow_tf32 (on the kernel, or as TF32 GEMMs from 256 rows a sequence)
+// allow_tf32 (on the kernel, or as TF32 GEMMs from 128 rows a sequence)
 // within 8 units of TF32's rounding of the largest output. Rows
 // that see no key get out 0 and lse +inf. Where the kernel does not apply
 // (other widths; a Kokkos without the shared-memory opt-in, as its fp32
