@@ -239,11 +239,13 @@ TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
 // The one-row Fused kernel, named through Options::path, on every shape of
 // at most 64 keys (one key, primes, the original example, keys past the
 // queries, R past a warp's width), causal or not, with a negative scale: out
-// and lse against the reference. A longer sequence is refused by name; Auto
-// takes the path for the original example on GPUs and never on hosts.
+// and lse against the reference, with the rows' operands staged in scratch
+// (the original example) and read in place (R * D past the staging budget).
+// A longer sequence is refused by name; Auto takes the path for the original
+// example on GPUs and never on hosts.
 TYPED_TEST(AttentionTyped, FusedRowMatchesReferenceOnShortSequences) {
   using T = TypeParam;
-  int ran = 0, expected = 0;
+  int ran = 0, expected = 0, staged = 0;
   for (const Shape& s : kShapes) {
     if (s.keys > 64) continue;
     for (bool causal : {true, false}) {
@@ -254,12 +256,22 @@ TYPED_TEST(AttentionTyped, FusedRowMatchesReferenceOnShortSequences) {
       if (!causal) opt.scale = -0.3;
       const Plan<T, Space> plan(Space(), s, opt);
       ASSERT_EQ(plan.path(), Path::FusedRow);
+      const bool stages = plan.describe().find("operands staged in scratch") != std::string::npos;
+      if (s.batch == 2 && s.queries == 32 && s.latent_dim == 24) {
+        EXPECT_TRUE(stages) << plan.describe();
+      }
+      if (s.head_dim * s.latent_dim > 8192) {
+        EXPECT_FALSE(stages) << plan.describe();
+      }
+      staged += stages;
       check_out_and_lse(plan, s, opt, 31);
       ++ran;
     }
   }
   EXPECT_EQ(ran, expected);
   EXPECT_GE(ran, 50);
+  EXPECT_GT(staged, 20);
+  EXPECT_LT(staged, ran);
   Options named;
   named.path = Path::FusedRow;
   EXPECT_THROW((Plan<T, Space>(Space(), Shape{1, 3, 65, 2, 8, 16}, named)), std::invalid_argument);

@@ -114,7 +114,8 @@ class FusedRowPath final : public PlannedPrefill<Scalar, ExecSpace> {
   std::size_t workspace_bytes() const override { return 0; }
   std::string describe() const override {
     std::ostringstream o;
-    o << "team_size=" << team_size() << " (a query row a team)";
+    o << "team_size=" << team_size() << " (a query row a team), operands "
+      << (staged() ? "staged in scratch" : "read in place");
     return o.str();
   }
   void run(const ExecSpace& exec, const typename PlannedPrefill<Scalar, ExecSpace>::Call& c) const override {
@@ -131,12 +132,22 @@ class FusedRowPath final : public PlannedPrefill<Scalar, ExecSpace> {
     k.dim = s.head_dim, k.rank = s.latent_dim;
     k.scale = Scalar(problem_.scale);
     k.causal = problem_.options.causal;
+    k.staged = staged();
+    k.in_pieces = k.rows_are_pieces();
     const std::size_t bytes = k.scratch_bytes();
     k.scratch_level = problem_.backend.level_holding(bytes);
     launch(exec, "KokkosMLA::FusedRow", k, team_size(), bytes);
   }
 
  private:
+  /// Whether teams stage their rows' operands: they are few, and the team's
+  /// scratch then fits level 0 (GPUs copy into it asynchronously).
+  bool staged() const {
+    const Shape& s = problem_.shape;
+    const std::size_t bytes =
+        Kernel::ScratchView::shmem_size(Kernel::scratch_elements(s.keys, s.head_dim, s.latent_dim, true));
+    return Kernel::stages(s.keys, s.head_dim, s.latent_dim) && problem_.backend.level_holding(bytes) == 0;
+  }
   int team_size() const { return problem_.backend.host ? 1 : Kernel::kGpuThreads; }
 
   PrefillProblem problem_;
