@@ -48,6 +48,33 @@ KOKKOS_INLINE_FUNCTION void wait_staged_copies() {
 #endif
 }
 
+/// The max (team_max) or the sum (team_sum) of every thread's v, given to
+/// every thread. A one-warp CUDA team shuffles; Kokkos' team reductions
+/// work out the team's shape by divisions and pass through scratch behind
+/// barriers, about 150 instructions a reduction there.
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION T team_max(const Member& team, T v) {
+#ifdef __CUDA_ARCH__
+  if (team.team_size() == 32 && blockDim.x == 1) {
+    for (int lanes = 16; lanes > 0; lanes /= 2) v = max_of(v, T(__shfl_xor_sync(0xffffffffu, v, lanes)));
+    return v;
+  }
+#endif
+  team.team_reduce(Kokkos::Max<T>(v));
+  return v;
+}
+template <class Member, class T>
+KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, T v) {
+#ifdef __CUDA_ARCH__
+  if (team.team_size() == 32 && blockDim.x == 1) {
+    for (int lanes = 16; lanes > 0; lanes /= 2) v += T(__shfl_xor_sync(0xffffffffu, v, lanes));
+    return v;
+  }
+#endif
+  team.team_reduce(Kokkos::Sum<T>(v));
+  return v;
+}
+
 /// Rows of a row-major block: row r at ptr + r * ld.
 template <class T>
 struct RowBlock {
@@ -184,36 +211,32 @@ struct FusedRowKernel {
   }
 
   /// p[j] = qa . latent row j for the visible keys, a thread per key; returns their max.
+  /// A thread keeps its own keys through exponentials: no barrier between.
   KOKKOS_INLINE_FUNCTION T logits(const Member& team, const T* qa, RowBlock<T> lat, int visible, T* p) const {
     T max = negative_infinity<T>();
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, visible),
-        [&](const int j, T& m) {
-          const T* const row = lat[j];
-          T s = 0;
-          for (std::int64_t r = 0; r < rank; ++r) s += qa[r] * row[r];
-          p[j] = s;
-          m = max_of(m, s);
-        },
-        Kokkos::Max<T>(max));
-    team.team_barrier();
-    return max;
+    for (int j = team.team_rank(); j < visible; j += team.team_size()) {
+      const T* const row = lat[j];
+      T s = 0;
+      for (std::int64_t r = 0; r < rank; ++r) s += qa[r] * row[r];
+      p[j] = s;
+      max = max_of(max, s);
+    }
+    return team_max(team, max);
   }
 
-  /// p[j] = exp(p[j] - max) (0 for all when max is -inf: no key has weight);
-  /// returns their sum. A NaN logit makes the sum NaN.
+  /// p[j] = exp(p[j] - max) (0 for all when max is -inf: no key has weight)
+  /// for the thread's own keys; returns their sum over the team. A NaN logit
+  /// makes the sum NaN.
   KOKKOS_INLINE_FUNCTION static T exponentials(const Member& team, T max, int visible, T* p) {
     const bool empty = max == negative_infinity<T>();
     T sum = 0;
-    Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, visible),
-        [&](const int j, T& s) {
-          const T e = empty ? T(0) : Impl::exp(p[j] - max);
-          p[j] = e;
-          s += e;
-        },
-        sum);
-    team.team_barrier();
+    for (int j = team.team_rank(); j < visible; j += team.team_size()) {
+      const T e = empty ? T(0) : Impl::exp(p[j] - max);
+      p[j] = e;
+      sum += e;
+    }
+    sum = team_sum(team, sum);
+    team.team_barrier();  // weighted_latent reads every thread's keys
     return sum;
   }
 
