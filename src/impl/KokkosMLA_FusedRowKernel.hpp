@@ -44,44 +44,26 @@ KOKKOS_INLINE_FUNCTION void copy_async_into_scratch(T* to, const T* from) {
 /// then makes every thread's copies the team's).
 KOKKOS_INLINE_FUNCTION void wait_staged_copies() {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+  commit_copies();
+  wait_copies<0>();
 #endif
 }
 
-/// The max (team_max) or the sum (team_sum) of every thread's v, given to
-/// every thread. A one-warp CUDA team shuffles; Kokkos' team reductions
-/// work out the team's shape by divisions and pass through scratch behind
-/// barriers, about 150 instructions a reduction there.
-template <class Member, class T>
-KOKKOS_INLINE_FUNCTION T team_max(const Member& team, T v) {
+/// Every thread's v joined by Reducer (Kokkos::Max<T> or Kokkos::Sum<T>),
+/// given to every thread. A one-warp CUDA team shuffles; Kokkos' team
+/// reductions work out the team's shape by divisions and pass through
+/// scratch behind barriers, about 150 instructions a reduction there.
+template <class Reducer, class Member, class T>
+KOKKOS_INLINE_FUNCTION T team_all(const Member& team, T v) {
 #ifdef __CUDA_ARCH__
   if (team.team_size() == 32 && blockDim.x == 1) {
-    for (int lanes = 16; lanes > 0; lanes /= 2) v = max_of(v, T(__shfl_xor_sync(0xffffffffu, v, lanes)));
+    for (int lanes = 16; lanes > 0; lanes /= 2) Reducer(v).join(v, T(__shfl_xor_sync(0xffffffffu, v, lanes)));
     return v;
   }
 #endif
-  team.team_reduce(Kokkos::Max<T>(v));
+  team.team_reduce(Reducer(v));
   return v;
 }
-template <class Member, class T>
-KOKKOS_INLINE_FUNCTION T team_sum(const Member& team, T v) {
-#ifdef __CUDA_ARCH__
-  if (team.team_size() == 32 && blockDim.x == 1) {
-    for (int lanes = 16; lanes > 0; lanes /= 2) v += T(__shfl_xor_sync(0xffffffffu, v, lanes));
-    return v;
-  }
-#endif
-  team.team_reduce(Kokkos::Sum<T>(v));
-  return v;
-}
-
-/// Rows of a row-major block: row r at ptr + r * ld.
-template <class T>
-struct RowBlock {
-  const T* ptr = nullptr;
-  std::int64_t ld = 0;
-  KOKKOS_INLINE_FUNCTION const T* operator[](std::int64_t r) const { return ptr + r * ld; }
-};
 
 template <class ExecSpace, class T>
 struct FusedRowKernel {
@@ -158,8 +140,9 @@ struct FusedRowKernel {
     T* const oa = qa + rank;
     T* const p = oa + rank;
     const T* q_row = q.at(token, h);
-    RowBlock<T> wk{w_uk.at(0, h), w_uk.row}, wv{w_uv.at(0, h), w_uv.row};
-    RowBlock<T> lat{latent + b * keys * latent_ld, latent_ld};
+    // The head's weight rows and the sequence's latent rows: row r at at(r, 0).
+    HeadRows<const T> wk{w_uk.at(0, h), w_uk.row}, wv{w_uv.at(0, h), w_uv.row};
+    HeadRows<const T> lat{latent + b * keys * latent_ld, latent_ld};
     if (staged) {
       T* const to = aligned_to_piece(p + kMaxKeys);
       q_row = stage(team, {q_row, dim}, 1, dim, to).ptr;
@@ -186,10 +169,10 @@ struct FusedRowKernel {
   /// Starts copying rows x cols of `from` into consecutive rows from `to`, a
   /// thread per row (in 16-byte pieces where in_pieces, else by elements),
   /// so that a thread's copies need one address each; returns those rows.
-  KOKKOS_INLINE_FUNCTION RowBlock<T> stage(const Member& team, RowBlock<T> from, std::int64_t rows,
-                                           std::int64_t cols, T* to) const {
+  KOKKOS_INLINE_FUNCTION HeadRows<const T> stage(const Member& team, HeadRows<const T> from,
+                                                 std::int64_t rows, std::int64_t cols, T* to) const {
     for (int r = team.team_rank(); r < int(rows); r += team.team_size()) {
-      const T* const source = from[r];
+      const T* const source = from.at(r, 0);
       T* const row = to + r * cols;
       if (in_pieces)
         for (int c = 0; c < int(cols); c += kPiece) copy_async_into_scratch<16>(row + c, source + c);
@@ -200,9 +183,9 @@ struct FusedRowKernel {
   }
 
   /// qa = scale q_row . w^T (w: R rows of D), a thread per latent column.
-  KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const T* q_row, RowBlock<T> w, T* qa) const {
+  KOKKOS_INLINE_FUNCTION void absorb(const Member& team, const T* q_row, HeadRows<const T> w, T* qa) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, int(rank)), [&](const int r) {
-      const T* const w_r = w[r];
+      const T* const w_r = w.at(r, 0);
       T s = 0;
       for (std::int64_t d = 0; d < dim; ++d) s += q_row[d] * w_r[d];
       qa[r] = scale * s;
@@ -212,16 +195,17 @@ struct FusedRowKernel {
 
   /// p[j] = qa . latent row j for the visible keys, a thread per key; returns their max.
   /// A thread keeps its own keys through exponentials: no barrier between.
-  KOKKOS_INLINE_FUNCTION T logits(const Member& team, const T* qa, RowBlock<T> lat, int visible, T* p) const {
+  KOKKOS_INLINE_FUNCTION T logits(const Member& team, const T* qa, HeadRows<const T> lat, int visible,
+                                  T* p) const {
     T max = negative_infinity<T>();
     for (int j = team.team_rank(); j < visible; j += team.team_size()) {
-      const T* const row = lat[j];
+      const T* const row = lat.at(j, 0);
       T s = 0;
       for (std::int64_t r = 0; r < rank; ++r) s += qa[r] * row[r];
       p[j] = s;
       max = max_of(max, s);
     }
-    return team_max(team, max);
+    return team_all<Kokkos::Max<T>>(team, max);
   }
 
   /// p[j] = exp(p[j] - max) (0 for all when max is -inf: no key has weight)
@@ -235,27 +219,28 @@ struct FusedRowKernel {
       p[j] = e;
       sum += e;
     }
-    sum = team_sum(team, sum);
+    sum = team_all<Kokkos::Sum<T>>(team, sum);
     team.team_barrier();  // weighted_latent reads every thread's keys
     return sum;
   }
 
   /// oa = sum_j p[j] latent row j / sum, a thread per latent column.
-  KOKKOS_INLINE_FUNCTION void weighted_latent(const Member& team, const T* p, RowBlock<T> lat, int visible,
-                                              T sum, T* oa) const {
+  KOKKOS_INLINE_FUNCTION void weighted_latent(const Member& team, const T* p, HeadRows<const T> lat,
+                                              int visible, T sum, T* oa) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, int(rank)), [&](const int r) {
       T s = 0;
-      for (int j = 0; j < visible; ++j) s += p[j] * lat[j][r];
+      for (int j = 0; j < visible; ++j) s += p[j] * lat.at(j, 0)[r];
       oa[r] = normalized(s, sum);
     });
     team.team_barrier();
   }
 
   /// out_row = oa . w (w: R rows of D), a thread per output column.
-  KOKKOS_INLINE_FUNCTION void up_project(const Member& team, const T* oa, RowBlock<T> w, T* out_row) const {
+  KOKKOS_INLINE_FUNCTION void up_project(const Member& team, const T* oa, HeadRows<const T> w,
+                                         T* out_row) const {
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, int(dim)), [&](const int d) {
       T s = 0;
-      for (std::int64_t r = 0; r < rank; ++r) s += oa[r] * w[r][d];
+      for (std::int64_t r = 0; r < rank; ++r) s += oa[r] * w.at(r, 0)[d];
       out_row[d] = s;
     });
   }
