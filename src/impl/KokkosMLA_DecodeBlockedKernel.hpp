@@ -44,7 +44,7 @@ namespace KokkosMLA {
 namespace Impl {
 
 /// Copies a quad from global memory to team scratch: asynchronously where
-/// the GPU has cp.async (completed by wait_quad_copies), at once elsewhere.
+/// the GPU has cp.async (completed by wait_own_copies), at once elsewhere.
 template <class T>
 KOKKOS_INLINE_FUNCTION void copy_quad(T* to, const T* from) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
@@ -70,14 +70,6 @@ KOKKOS_INLINE_FUNCTION Quad<T> scratch_quad(const T* p) {
   }
 #endif
   return load_quad(p);
-}
-
-/// Waits for this thread's copy_quad copies (a barrier makes them the team's).
-KOKKOS_INLINE_FUNCTION void wait_quad_copies() {
-#ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  commit_copies();
-  wait_copies<0>();
-#endif
 }
 
 template <class ExecSpace, class T, LatentStep Step>
@@ -278,7 +270,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     if (range.begin < range.end)
       stage_tile(k.b, range.begin, keys_from(range.begin), rank, ld, tile(range.begin));
     for (std::int64_t s0 = range.begin; s0 < range.end; s0 += kKeys) {
-      wait_quad_copies();
+      wait_own_copies();
       team.team_barrier();  // this tile (and the queries) landed; every thread is done with the previous one
       const T* const ks = tile(s0);
       if (s0 + kKeys < range.end)

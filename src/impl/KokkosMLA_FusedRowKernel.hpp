@@ -28,7 +28,7 @@ namespace Impl {
 
 /// Copies `Bytes` (one element, or a 16-byte piece of aligned ones) into
 /// team scratch: on GPUs with cp.async without waiting for them (they land
-/// by wait_staged_copies), elsewhere at once.
+/// by wait_own_copies), elsewhere at once.
 template <int Bytes, class T>
 KOKKOS_INLINE_FUNCTION void copy_async_into_scratch(T* to, const T* from) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
@@ -37,15 +37,6 @@ KOKKOS_INLINE_FUNCTION void copy_async_into_scratch(T* to, const T* from) {
                : "memory");
 #else
   for (int i = 0; i < Bytes / int(sizeof(T)); ++i) to[i] = from[i];
-#endif
-}
-
-/// Waits for this thread's copy_async_into_scratch copies (a team barrier
-/// then makes every thread's copies the team's).
-KOKKOS_INLINE_FUNCTION void wait_staged_copies() {
-#ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  commit_copies();
-  wait_copies<0>();
 #endif
 }
 
@@ -149,7 +140,7 @@ struct FusedRowKernel {
       wk = stage(team, wk, rank, dim, to + dim);
       wv = stage(team, wv, rank, dim, to + dim + rank * dim);
       lat = stage(team, lat, visible, rank, to + dim + 2 * rank * dim);
-      wait_staged_copies();
+      wait_own_copies();
       team.team_barrier();
     }
 

@@ -555,4 +555,21 @@ struct DataOf<SplitTf32> {
 }  // namespace KokkosMLA
 
 #endif  // KOKKOSMLA_ENABLE_SM80
+
+namespace KokkosMLA {
+namespace Impl {
+
+/// Waits for the copies into team scratch that this thread started by
+/// cp.async (a team barrier then makes every thread's copies the team's);
+/// on every backend, where kernels without cp.async copied at once.
+KOKKOS_INLINE_FUNCTION void wait_own_copies() {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  commit_copies();
+  wait_copies<0>();
+#endif
+}
+
+}  // namespace Impl
+}  // namespace KokkosMLA
+
 #endif
