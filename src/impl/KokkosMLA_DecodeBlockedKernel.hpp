@@ -15,7 +15,8 @@
 //           rb + 4i and keys kb + 8j, 8 quad loads per 64 FMAs; the 8
 //           partial sums meet in scratch;
 //   softmax 16 threads per row, 2 keys each: the partial sums, the causal
-//           mask, the row's tile max through scratch, exp, P and the rows'
+//           mask, the row's tile max (by shuffles within the row's half
+//           warp on CUDA, through scratch elsewhere), exp, P and the rows'
 //           rescale factors into scratch;
 //   P V     thread (tr, tc) keeps rows tr + 2m (m < 8) of output columns
 //           4 tc .. 4 tc + 3 in registers: per 4 keys, 8 quads of P (the same
@@ -31,7 +32,9 @@
 // float, which takes a Kokkos with the large-scratch opt-in, and leaves one
 // team per multiprocessor. On the H200 the kernel is bound by issue slots at
 // two warps per scheduler; 512-thread teams (four warps, 128 registers) and a
-// software-pipelined score loop both measured slower (docs/performance.md).
+// software-pipelined score loop both measured slower, while the score loop
+// unrolled twice, the maxima by shuffles (three barriers a tile, not four)
+// and scratch read and written by ld/st.shared took 5 % off (docs/performance.md).
 // Attend writes the normalised oa over qa; Split each part's oa and lse.
 
 #include "KokkosMLA_FlashBlockedKernel.hpp"
@@ -70,6 +73,34 @@ KOKKOS_INLINE_FUNCTION Quad<T> scratch_quad(const T* p) {
   }
 #endif
   return load_quad(p);
+}
+
+// Unrolls a loop of run-time trip count by two in CUDA device code, so that
+// the second iteration's loads can be issued before the first one's products.
+#if defined(__CUDA_ARCH__)
+#define KOKKOSMLA_UNROLL_TWICE _Pragma("unroll 2")
+#else
+#define KOKKOSMLA_UNROLL_TWICE
+#endif
+
+/// One value of team scratch, read and written by ld.shared / st.shared
+/// for float on GPUs with cp.async (as scratch_quad), plainly elsewhere.
+template <class T>
+KOKKOS_INLINE_FUNCTION T scratch_value(const T* p) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  if constexpr (std::is_same<T, float>::value) return __uint_as_float(load_shared_word(shared_address(p)));
+#endif
+  return *p;
+}
+template <class T>
+KOKKOS_INLINE_FUNCTION void set_scratch_value(T* p, T x) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  if constexpr (std::is_same<T, float>::value) {
+    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(shared_address(p)), "f"(x) : "memory");
+    return;
+  }
+#endif
+  *p = x;
 }
 
 template <class ExecSpace, class T, LatentStep Step>
@@ -197,6 +228,7 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     const int nq = quads(), span = (nq + kGroups - 1) / kGroups;
     const int q0 = min_of(nq, group * span), q1 = min_of(nq, (group + 1) * span);
     T s[4][4] = {};
+    KOKKOSMLA_UNROLL_TWICE
     for (int q = q0; q < q1; ++q) {
       Quad<T> a[4], b[4];
       KOKKOSMLA_UNROLL
@@ -216,8 +248,30 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
     for (int i = 0; i < 4; ++i) {
       KOKKOSMLA_UNROLL
       for (int j = 0; j < 4; ++j)
-        partial[(group * kRows + rb + kRowBlocks * i) * kLdPartial + kb + kKeyBlocks * j] = s[i][j];
+        set_scratch_value(partial + (group * kRows + rb + kRowBlocks * i) * kLdPartial + kb + kKeyBlocks * j,
+                          s[i][j]);
     }
+  }
+
+  /// The max of the tile's scores of a row over its kRowThreads threads
+  /// (`mine`: this thread's): on CUDA by shuffles within the row's 16
+  /// lanes (a half warp), elsewhere through the row's slots in `red`
+  /// behind a team barrier.
+  KOKKOS_INLINE_FUNCTION static T row_tile_max(const Member& team, T mine, T* red, int sc) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+    static_assert(kRowThreads == 16 && kThreads % 32 == 0, "a row's threads are a half warp");
+    (void)team, (void)red, (void)sc;
+    KOKKOSMLA_UNROLL
+    for (int offset = kRowThreads / 2; offset > 0; offset /= 2)
+      mine = running_max(mine, __shfl_xor_sync(0xffffffffu, mine, offset));
+    return mine;
+#else
+    red[sc] = mine;
+    team.team_barrier();
+    T top = negative_infinity<T>();
+    for (int c = 0; c < kRowThreads; ++c) top = running_max(top, red[c]);
+    return top;
+#endif
   }
 
   /// o[m] += P(row tr + 2m, :) V(:, 4 tc .. 4 tc + 3), V being the tile's
@@ -284,30 +338,26 @@ struct DecodeBlockedKernel : LatentKernel<ExecSpace, T, Step> {
       for (int j = 0; j < 2; ++j) {
         const int key = 2 * sc + j;
         T x = T(0);
-        for (int g = 0; g < kGroups; ++g) x += partial[(g * kRows + si) * kLdPartial + key];
+        for (int g = 0; g < kGroups; ++g) x += scratch_value(partial + (g * kRows + si) * kLdPartial + key);
         s[j] = s0 + key <= last && s0 + key < range.end ? x : negative_infinity<T>();
         local_max = running_max(local_max, s[j]);
       }
-      red[si * kRowThreads + sc] = local_max;
-      team.team_barrier();
-
-      T new_max = row_max;
-      for (int c = 0; c < kRowThreads; ++c) new_max = running_max(new_max, red[si * kRowThreads + c]);
+      const T new_max = running_max(row_max, row_tile_max(team, local_max, red + si * kRowThreads, sc));
       T sum = T(0);
       for (int j = 0; j < 2; ++j) {
         const T x = s[j] == negative_infinity<T>() ? T(0) : Impl::exp(s[j] - new_max);
-        p[si * kLdP + 2 * sc + j] = x;
+        set_scratch_value(p + si * kLdP + 2 * sc + j, x);
         sum += x;
       }
       const T factor = softmax_rescale(row_max, new_max);
       row_sum = row_sum * factor + sum;
       row_max = new_max;
-      if (sc == 0) rescale[si] = factor;
+      if (sc == 0) set_scratch_value(rescale + si, factor);
       team.team_barrier();
 
       if (outputs) {
         for (int m = 0; m < kOutRows; ++m) {
-          const T factor_m = rescale[tr + kRowSets * m];
+          const T factor_m = scratch_value(rescale + tr + kRowSets * m);
           for (int e = 0; e < 4; ++e) o[m].v[e] *= factor_m;
         }
         accumulate(p, ks, ld, tr, tc, o);
