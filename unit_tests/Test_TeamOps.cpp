@@ -69,8 +69,10 @@ struct SoftmaxOfOneRow {
 /// Runs the softmax over `segments` segments of `length` columns, `gap`
 /// elements between them, the first `seen` columns visible; checks every
 /// column against the float64 softmax, the gaps untouched, and the lse.
-void check_softmax(std::int64_t length, std::int64_t segments, std::int64_t seen, int team_size) {
-  const std::int64_t gap = 3, stride = length + gap, columns = length * segments;
+/// `vectors`: whether the row is read by 16-byte vectors.
+void check_softmax(std::int64_t length, std::int64_t segments, std::int64_t gap, std::int64_t seen,
+                   int team_size, bool& vectors) {
+  const std::int64_t stride = length + gap, columns = length * segments;
   const double scale = 0.7, untouched = -1.0;
   std::vector<double> data(std::size_t(stride * segments), untouched),
       logits(static_cast<std::size_t>(columns));
@@ -83,11 +85,13 @@ void check_softmax(std::int64_t length, std::int64_t segments, std::int64_t seen
   for (std::int64_t j = 0; j < seen; ++j) max = std::max(max, scale * logits[std::size_t(j)]);
   for (std::int64_t j = 0; j < seen; ++j) sum += std::exp(scale * logits[std::size_t(j)] - max);
   double lse = 0;
+  vectors = Impl::in_vectors(Impl::SegmentedRow<double>{data.data(), length, stride, segments});
   Kokkos::parallel_for(Kokkos::TeamPolicy<Host>(1, team_size),
                        SoftmaxOfOneRow{{data.data(), length, stride, segments}, seen, scale, &lse});
   Kokkos::fence();
-  const std::string where = std::to_string(segments) + " x " + std::to_string(length) + ", seen " +
-                            std::to_string(seen) + ", team " + std::to_string(team_size);
+  const std::string where = std::to_string(segments) + " x " + std::to_string(length) + ", gap " +
+                            std::to_string(gap) + ", seen " + std::to_string(seen) + ", team " +
+                            std::to_string(team_size);
   for (std::int64_t i = 0; i < segments; ++i)
     for (std::int64_t e = 0; e < stride; ++e) {
       const std::int64_t j = i * length + e;
@@ -108,17 +112,26 @@ void check_softmax(std::int64_t length, std::int64_t segments, std::int64_t seen
 
 // Columns in one segment or several (CacheGemm's key parts), row lengths
 // that are not multiples of a thread's group of loads, every column or few
-// visible, none visible (an idle row: zeros and lse -inf).
+// visible, none visible (an idle row: zeros and lse -inf); segments of odd
+// and even strides, so that rows are read by single values and by vectors.
 TEST(TeamOps, SoftmaxOfSegmentedRowMatchesFloat64) {
   const int most = Kokkos::TeamPolicy<Host>(1, 1).team_size_max(SoftmaxOfOneRow{}, Kokkos::ParallelForTag());
-  const std::int64_t rows[][2] = {{1, 1}, {5, 1}, {97, 1}, {300, 1}, {7, 3}, {64, 4}, {33, 5}};
+  const std::int64_t rows[][2] = {{1, 1}, {5, 1}, {97, 1}, {300, 1}, {7, 3}, {64, 4}, {33, 5}, {18, 3}};
+  int by_vectors = 0, by_values = 0;
   for (int team_size : {1, 2, 4})
-    for (const auto& r : rows) {
-      if (team_size > most) continue;
-      const std::int64_t columns = r[0] * r[1];
-      for (std::int64_t seen : {columns, columns - 1, (columns + 1) / 2, std::int64_t(1), std::int64_t(0)})
-        check_softmax(r[0], r[1], seen, team_size);
-    }
+    for (const auto& r : rows)
+      for (std::int64_t gap : {3, 2}) {
+        if (team_size > most) continue;
+        const std::int64_t columns = r[0] * r[1];
+        for (std::int64_t seen :
+             {columns, columns - 1, (columns + 1) / 2, std::int64_t(1), std::int64_t(0)}) {
+          bool vectors = false;
+          check_softmax(r[0], r[1], gap, seen, team_size, vectors);
+          (vectors ? by_vectors : by_values)++;
+        }
+      }
+  EXPECT_GT(by_vectors, 0);
+  EXPECT_GT(by_values, 0);
 }
 
 // A NaN among the visible scores makes the row's lse NaN: it must not pass
@@ -135,14 +148,20 @@ TEST(TeamOps, SoftmaxOfRowWithNanIsNan) {
 }
 
 // Softmax teams: a warp for rows a warp covers in one group of loads a
-// thread, doubled up to the backend's team size; hosts' one-thread teams stay.
+// thread (8 values, or 4 vectors: 16 floats, 8 doubles), doubled up to the
+// backend's team size; hosts' one-thread teams stay.
 TEST(TeamOps, SoftmaxTeamsGrowWithTheirRows) {
-  EXPECT_EQ(Impl::softmax_team_size(1, 128), 32);
-  EXPECT_EQ(Impl::softmax_team_size(256, 128), 32);
-  EXPECT_EQ(Impl::softmax_team_size(257, 128), 64);
-  EXPECT_EQ(Impl::softmax_team_size(768, 128), 128);
-  EXPECT_EQ(Impl::softmax_team_size(4096, 128), 128);
-  EXPECT_EQ(Impl::softmax_team_size(4096, 1), 1);
+  EXPECT_EQ(Impl::softmax_team_size<float>(1, false, 128), 32);
+  EXPECT_EQ(Impl::softmax_team_size<float>(256, false, 128), 32);
+  EXPECT_EQ(Impl::softmax_team_size<float>(257, false, 128), 64);
+  EXPECT_EQ(Impl::softmax_team_size<float>(768, false, 128), 128);
+  EXPECT_EQ(Impl::softmax_team_size<float>(4096, false, 128), 128);
+  EXPECT_EQ(Impl::softmax_team_size<float>(4096, true, 1), 1);
+  EXPECT_EQ(Impl::softmax_team_size<float>(512, true, 128), 32);
+  EXPECT_EQ(Impl::softmax_team_size<float>(516, true, 128), 64);
+  EXPECT_EQ(Impl::softmax_team_size<float>(1024, true, 128), 64);
+  EXPECT_EQ(Impl::softmax_team_size<float>(2048, true, 128), 128);
+  EXPECT_EQ(Impl::softmax_team_size<double>(512, true, 128), 64);
 }
 
 // A row whose every visible score is NaN has NaN probabilities and a NaN

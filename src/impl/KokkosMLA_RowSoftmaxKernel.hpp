@@ -20,8 +20,10 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// Values of a row a thread of the softmax loads before it uses any.
+/// Values of a row a thread of the softmax loads before it uses any, and
+/// 16-byte vectors where the row is whole vectors (floats: 16 values).
 constexpr int kLoadsInFlight = 8;
+constexpr int kVectorsInFlight = 4;
 
 /// CacheSoftmaxKernel's launch bounds: teams of at most 128 threads, eight
 /// of them an SM, so at most 64 registers a thread. Unbounded, the compiler
@@ -30,14 +32,25 @@ constexpr int kLoadsInFlight = 8;
 /// row) runs unbounded: it took 56 registers, and bounded, 64 and longer.
 using CacheSoftmaxBounds = Kokkos::LaunchBounds<128, 8>;
 
-/// Threads of a softmax team for rows of `columns`: from one warp, doubled
-/// while a thread would hold more than one group of kLoadsInFlight values a
-/// pass, up to `most`. Short rows in large teams spend their time in the
-/// team's reductions: on an H100, 16384 rows of 256 columns took 84 us in
-/// teams of 128 threads, a fifth of the copy rate.
-inline int softmax_team_size(std::int64_t columns, int most) {
+/// 16 bytes of a row, loaded and stored as one vector.
+template <class T>
+struct alignas(16) Vector16 {
+  static constexpr int kValues = int(16 / sizeof(T));
+  T v[kValues];
+};
+
+/// Threads of a softmax team for rows of `columns` (`vectors`: read by
+/// 16-byte vectors, in_vectors): from one warp, doubled while a thread would
+/// hold more than one group of values a pass (kLoadsInFlight values, or
+/// kVectorsInFlight vectors), up to `most`. Short rows in large teams spend
+/// their time in the team's reductions (on an H100, 16384 rows of 256
+/// columns took 84 us in teams of 128 threads, a fifth of the copy rate),
+/// and a group's masked values still cost their arithmetic.
+template <class T>
+int softmax_team_size(std::int64_t columns, bool vectors, int most) {
+  const std::int64_t group = vectors ? kVectorsInFlight * Vector16<T>::kValues : kLoadsInFlight;
   int threads = 32;
-  while (threads < most && std::int64_t(threads) * kLoadsInFlight < columns) threads *= 2;
+  while (threads < most && threads * group < columns) threads *= 2;
   return threads < most ? threads : most;
 }
 
@@ -59,18 +72,60 @@ struct SegmentedRow {
   }
 };
 
-/// Calls f(first, n, v) for each group of the thread's values among
-/// data[0, count): v[u] = data[first + u n] (0 past count), where n is the
-/// team size, the loads of a group issued together.
-template <class Member, class T, class F>
-KOKKOS_INLINE_FUNCTION void for_each_group(const Member& team, const T* data, int count, const F& f) {
+/// Whether every segment of a row is whole 16-byte vectors at 16-byte
+/// boundaries, so that the softmax may load and store vectors.
+template <class T>
+KOKKOS_INLINE_FUNCTION bool in_vectors(const SegmentedRow<T>& row) {
+  constexpr std::int64_t W = Vector16<T>::kValues;
+  return reinterpret_cast<std::uintptr_t>(row.first) % 16 == 0 && row.length % W == 0 && row.stride % W == 0;
+}
+
+/// Calls f(v, column) for each group of the thread's values among
+/// data[0, count): v[u] (an array) holds column column(u), 0 past the
+/// row's end; the loads of a group are issued together. With `vectors`
+/// (in_vectors) 16 bytes a load, kVectorsInFlight loads a group, the vector
+/// that holds the count's last column whole (its columns from count on
+/// included); else one value a load, kLoadsInFlight a group. With `Write`,
+/// v is stored back where it was loaded (every loaded vector; or the values
+/// of columns below count).
+template <bool Write, class Member, class T, class F>
+KOKKOS_INLINE_FUNCTION void for_each_group(const Member& team, T* data, int count, bool vectors, const F& f) {
   const int n = team.team_size();
+  if (vectors) {
+    using V = Vector16<T>;
+    constexpr int W = V::kValues, size = kVectorsInFlight * W;
+    V* const at = reinterpret_cast<V*>(data);
+    const int whole = (count + W - 1) / W;  // vectors holding columns below count
+    for (int first = team.team_rank(); first < whole; first += kVectorsInFlight * n) {
+      V x[kVectorsInFlight];
+      KOKKOSMLA_UNROLL
+      for (int u = 0; u < kVectorsInFlight; ++u) x[u] = first + u * n < whole ? at[first + u * n] : V{};
+      T v[size];
+      KOKKOSMLA_UNROLL
+      for (int u = 0; u < size; ++u) v[u] = x[u / W].v[u % W];
+      f(v, [&](int u) { return W * (first + u / W * n) + u % W; });
+      if constexpr (Write) {
+        KOKKOSMLA_UNROLL
+        for (int u = 0; u < kVectorsInFlight; ++u) {
+          KOKKOSMLA_UNROLL
+          for (int e = 0; e < W; ++e) x[u].v[e] = v[u * W + e];
+          if (first + u * n < whole) at[first + u * n] = x[u];
+        }
+      }
+    }
+    return;
+  }
   for (int first = team.team_rank(); first < count; first += kLoadsInFlight * n) {
-    const T* const at = data + first;
+    T* const at = data + first;
     T v[kLoadsInFlight];
     KOKKOSMLA_UNROLL
     for (int u = 0; u < kLoadsInFlight; ++u) v[u] = first + u * n < count ? at[u * n] : T(0);
-    f(first, n, v);
+    f(v, [&](int u) { return first + u * n; });
+    if constexpr (Write) {
+      KOKKOSMLA_UNROLL
+      for (int u = 0; u < kLoadsInFlight; ++u)
+        if (first + u * n < count) at[u * n] = v[u];
+    }
   }
 }
 
@@ -80,20 +135,22 @@ KOKKOS_INLINE_FUNCTION void for_each_group(const Member& team, const T* data, in
 template <class Member, class T>
 KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const SegmentedRow<T>& row, std::int64_t seen,
                                           T scale) {
+  const bool vectors = in_vectors(row);
   // This thread's max and sum of exp(logit - max) over its visible columns.
   T max = negative_infinity<T>(), sum = 0;
   for (std::int64_t i = 0; i < row.segments; ++i) {
     const int count = row.held(i, seen);
-    for_each_group(team, row.segment(i), count, [&](int first, int n, T* v) {
+    for_each_group<false>(team, row.segment(i), count, vectors, [&](auto& v, auto column) {
+      constexpr int size = int(sizeof(v) / sizeof(v[0]));
       T group_max = max;
       KOKKOSMLA_UNROLL
-      for (int u = 0; u < kLoadsInFlight; ++u)
-        if (first + u * n < count) group_max = max_of(group_max, scale * v[u]);
+      for (int u = 0; u < size; ++u)
+        if (column(u) < count) group_max = max_of(group_max, scale * v[u]);
       sum *= softmax_rescale(max, group_max);
       max = group_max;
       KOKKOSMLA_UNROLL
-      for (int u = 0; u < kLoadsInFlight; ++u)
-        if (first + u * n < count) sum += Impl::exp(scale * v[u] - max);
+      for (int u = 0; u < size; ++u)
+        if (column(u) < count) sum += Impl::exp(scale * v[u] - max);
     });
   }
   T row_max = max;
@@ -105,12 +162,16 @@ KOKKOS_INLINE_FUNCTION T softmax_in_place(const Member& team, const SegmentedRow
   for (std::int64_t i = 0; i < row.segments; ++i) {
     T* const data = row.segment(i);
     const int visible = row.held(i, seen);
-    for_each_group(team, data, visible, [&](int first, int n, T* v) {
+    for_each_group<true>(team, data, visible, vectors, [&](auto& v, auto column) {
+      constexpr int size = int(sizeof(v) / sizeof(v[0]));
       KOKKOSMLA_UNROLL
-      for (int u = 0; u < kLoadsInFlight; ++u)
-        if (first + u * n < visible) data[first + u * n] = Impl::exp(scale * v[u] - row_max) * inverse;
+      for (int u = 0; u < size; ++u)
+        v[u] = column(u) < visible ? Impl::exp(scale * v[u] - row_max) * inverse : T(0);
     });
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, visible, int(row.length)),
+    // By vectors, the loop above wrote the rest of the last one it loaded.
+    constexpr int W = Vector16<T>::kValues;
+    const int written = vectors ? (visible + W - 1) / W * W : visible;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, written, int(row.length)),
                          [&](int j) { data[j] = T(0); });
   }
   return softmax_lse(row_max, row_sum);
