@@ -18,6 +18,13 @@
 #else
 #define KOKKOSMLA_UNROLL
 #endif
+// Unrolls a loop of run-time trip count by two in CUDA device code, so that
+// the second iteration's loads can be issued before the first one's arithmetic.
+#if defined(__CUDA_ARCH__)
+#define KOKKOSMLA_UNROLL_TWICE _Pragma("unroll 2")
+#else
+#define KOKKOSMLA_UNROLL_TWICE
+#endif
 
 namespace KokkosMLA {
 namespace Impl {

@@ -75,14 +75,6 @@ KOKKOS_INLINE_FUNCTION Quad<T> scratch_quad(const T* p) {
   return load_quad(p);
 }
 
-// Unrolls a loop of run-time trip count by two in CUDA device code, so that
-// the second iteration's loads can be issued before the first one's products.
-#if defined(__CUDA_ARCH__)
-#define KOKKOSMLA_UNROLL_TWICE _Pragma("unroll 2")
-#else
-#define KOKKOSMLA_UNROLL_TWICE
-#endif
-
 /// One value of team scratch, read and written by ld.shared / st.shared
 /// for float on GPUs with cp.async (as scratch_quad), plainly elsewhere.
 template <class T>
@@ -96,7 +88,7 @@ template <class T>
 KOKKOS_INLINE_FUNCTION void set_scratch_value(T* p, T x) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   if constexpr (std::is_same<T, float>::value) {
-    asm volatile("st.shared.f32 [%0], %1;\n" ::"r"(shared_address(p)), "f"(x) : "memory");
+    store_shared_word(shared_address(p), __float_as_uint(x));
     return;
   }
 #endif

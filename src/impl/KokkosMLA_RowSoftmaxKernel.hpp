@@ -41,6 +41,12 @@ struct alignas(16) Vector16 {
   T v[kValues];
 };
 
+/// Whether n values of T are whole 16-byte vectors.
+template <class T>
+KOKKOS_INLINE_FUNCTION constexpr bool whole_vectors(std::int64_t n) {
+  return n % Vector16<T>::kValues == 0;
+}
+
 /// Threads of a softmax team for rows of `columns` (`vectors`: read by
 /// 16-byte vectors, in_vectors): from one warp, doubled while a thread would
 /// hold more than one group of values a pass (kLoadsInFlight values, or
@@ -78,8 +84,8 @@ struct SegmentedRow {
 /// boundaries, so that the softmax may load and store vectors.
 template <class T>
 KOKKOS_INLINE_FUNCTION bool in_vectors(const SegmentedRow<T>& row) {
-  constexpr std::int64_t W = Vector16<T>::kValues;
-  return reinterpret_cast<std::uintptr_t>(row.first) % 16 == 0 && row.length % W == 0 && row.stride % W == 0;
+  return reinterpret_cast<std::uintptr_t>(row.first) % 16 == 0 && whole_vectors<T>(row.length) &&
+         whole_vectors<T>(row.stride);
 }
 
 /// Calls f(v, column) for each group of the thread's values among

@@ -178,6 +178,13 @@ KOKKOS_INLINE_FUNCTION unsigned load_shared_word(unsigned address) {
   return 0;
 #endif
 }
+KOKKOS_INLINE_FUNCTION void store_shared_word(unsigned address, unsigned v) {
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(address), "r"(v) : "memory");
+#else
+  (void)address, (void)v;
+#endif
+}
 
 /// 16 (load_shared_8: 8) bytes of shared memory at a shared-window address,
 /// and their store: 32-bit address arithmetic, where team-scratch pointers

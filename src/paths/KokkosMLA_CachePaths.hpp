@@ -566,8 +566,7 @@ class CacheGemmPath final : public PlannedCache<Scalar, ExecSpace> {
              CacheSoftmaxKernel<ExecSpace, Scalar>{scores, lse, a.cache.seqlens.data(), b0, n, s.queries,
                                                    s.heads, part_, parts_, s.capacity, Scalar(problem_.scale),
                                                    problem_.options.causal},
-             softmax_team_size<Scalar>(s.capacity, part_ % Vector16<Scalar>::kValues == 0,
-                                       problem_.backend.team_size),
+             softmax_team_size<Scalar>(s.capacity, whole_vectors<Scalar>(part_), problem_.backend.team_size),
              0, false, CacheSoftmaxBounds());
       // P latent for every (sequence, part), over the rows the scores were made of, or into parts summed
       // after.

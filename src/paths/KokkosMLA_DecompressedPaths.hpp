@@ -243,7 +243,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
                RowSoftmaxKernel<ExecSpace, Scalar>{p.data, c.lse, columns, rows, t0, b0, batches, s.queries,
                                                    s.keys, s.heads, Scalar(this->problem_.scale),
                                                    this->problem_.options.causal},
-               softmax_team_size<Scalar>(columns, columns % Vector16<Scalar>::kValues == 0,
+               softmax_team_size<Scalar>(columns, whole_vectors<Scalar>(columns),
                                          this->problem_.backend.team_size),
                0);
         gemm_groups(exec, batches, s.heads, rows, s.head_dim, columns,
