@@ -211,11 +211,15 @@ void check_out_and_lse(const Plan<T, Space>& plan, const Shape& s, const Options
 
 // Attention by GEMMs in several query blocks per batch element (on GPUs
 // 16384 / (B H) rows, each block over both batch elements: 128 at 64 heads,
-// 81 at 200; on hosts 128), the last one partial, keys past the queries,
-// causal or not, a negative scale: out and lse against the reference.
+// 81 at 200, 1024 at 16; on hosts 128), the last one partial, keys past the
+// queries, causal or not, a negative scale: out and lse against the
+// reference. Causal blocks of 1,024 rows (GPUs) and of 128 (hosts) compute
+// their scores in steps of rows (256 and 32), the others in one.
 TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
   using T = TypeParam;
-  for (const Shape& s : {Shape{2, 300, 345, 64, 8, 16}, Shape{1, 170, 170, 200, 4, 4}})
+  const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible;
+  for (const Shape& s :
+       {Shape{2, 300, 345, 64, 8, 16}, Shape{1, 170, 170, 200, 4, 4}, Shape{1, 1100, 1100, 16, 8, 8}})
     for (bool causal : {true, false}) {
       Options opt;
       opt.path = Path::DecompressedGemm;
@@ -230,8 +234,11 @@ TYPED_TEST(AttentionTyped, AttentionByGemmsOverManyBlocksMatchesReference) {
       // GPUs take every batch element into one block (a grouped GEMM), hosts one at a time.
       const std::size_t batches_at = described.find("batches_per_block=");
       ASSERT_NE(batches_at, std::string::npos) << described;
-      const bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, Space::memory_space>::accessible;
       EXPECT_EQ(std::stoll(described.substr(batches_at + 18)), host ? 1 : s.batch) << described;
+      const std::size_t step_at = described.find("score_step=");
+      ASSERT_NE(step_at, std::string::npos) << described;
+      const std::int64_t step = std::stoll(described.substr(step_at + 11));
+      EXPECT_EQ(step, !causal ? block : host ? 32 : block >= 512 ? 256 : block) << described;
       check_out_and_lse(plan, s, opt, 29);
     }
 }

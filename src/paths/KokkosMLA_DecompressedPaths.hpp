@@ -199,7 +199,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
 
   DecompressedGemmPath(const ExecSpace&, const PrefillProblem& p)
       : Base(p),
-        blocking_(blocking(p.shape, p.backend)),
+        blocking_(blocking(p.shape, p.backend, p.options.causal)),
         scores_(Impl::workspace<Scalar, memory_space>(
             "KokkosMLA::Plan::scores", blocking_.rows * blocking_.batches * p.shape.heads * p.shape.keys)),
         pointers_("KokkosMLA::Plan::gemm_pointers",
@@ -213,7 +213,7 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   std::string describe() const override {
     std::ostringstream o;
     o << "team_size=" << this->problem_.backend.team_size << " query_block=" << blocking_.rows
-      << " batches_per_block=" << blocking_.batches
+      << " batches_per_block=" << blocking_.batches << " score_step=" << blocking_.step
       << " attention=gemms scores=" << scores_.span() * sizeof(Scalar) << "B";
     return o.str();
   }
@@ -235,10 +235,19 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
             this->problem_.options.causal ? std::min(s.keys, s.keys - s.queries + t0 + rows) : s.keys;
         // The scores of (batch element, head) pairs, each rows x columns, one after another.
         const GroupedMatrices<Scalar> p{scores_.data(), columns, rows * columns, s.heads * rows * columns};
-        gemm_groups(exec, batches, s.heads, rows, columns, s.head_dim,
-                    GroupedMatrices<const Scalar>{q.at(b0 * s.queries + t0, 0), q.row, q.head, q_step},
-                    GroupedMatrices<const Scalar>{k + b0 * kv_step, width, s.head_dim, kv_step}, true, p,
-                    pointers_);
+        // In steps of rows, each as far as its last row sees: the softmax
+        // reads no column past a row's last visible key.
+        for (std::int64_t r0 = 0; r0 < rows; r0 += blocking_.step) {
+          const std::int64_t step = std::min(blocking_.step, rows - r0);
+          const std::int64_t seen = this->problem_.options.causal
+                                        ? std::min(columns, s.keys - s.queries + t0 + r0 + step)
+                                        : columns;
+          if (seen <= 0) continue;  // none of these rows sees a key (S < T)
+          gemm_groups(exec, batches, s.heads, step, seen, s.head_dim,
+                      GroupedMatrices<const Scalar>{q.at(b0 * s.queries + t0 + r0, 0), q.row, q.head, q_step},
+                      GroupedMatrices<const Scalar>{k + b0 * kv_step, width, s.head_dim, kv_step}, true,
+                      GroupedMatrices<Scalar>{p.data + r0 * columns, p.ld, p.step, p.group_step}, pointers_);
+        }
         launch(exec, "KokkosMLA::Decompressed::softmax",
                RowSoftmaxKernel<ExecSpace, Scalar>{p.data, c.lse, columns, rows, t0, b0, batches, s.queries,
                                                    s.keys, s.heads, Scalar(this->problem_.scale),
@@ -256,9 +265,10 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
 
  private:
   using memory_space = typename ExecSpace::memory_space;
-  /// A block of the attention: `rows` query rows of `batches` batch elements, every head.
+  /// A block of the attention: `rows` query rows of `batches` batch elements,
+  /// every head; its scores computed `step` rows at a time.
   struct Blocking {
-    std::int64_t rows, batches;
+    std::int64_t rows, batches, step;
   };
   /// A causal block also computes the hidden half of its diagonal tile, a
   /// fraction rows / T more products, so blocks are as small as keeps the
@@ -269,15 +279,27 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
   /// fill the GPU with them; on a host (whose BLAS calls go one matrix at
   /// a time), 128 rows of one batch element. At most 1 GiB of scores, which
   /// long sequences reach first.
-  static Blocking blocking(const Shape& s, const Backend& be) {
+  static Blocking blocking(const Shape& s, const Backend& be, bool causal) {
     constexpr std::int64_t kRowsTimesHeads = 16384, kHostRows = 128;
     constexpr std::int64_t kScores = (std::int64_t(1) << 30) / std::int64_t(sizeof(Scalar));
     const std::int64_t per_row = s.heads * s.keys;  // scores of one query row of one batch element
     const std::int64_t batches =
         be.host ? 1 : std::max<std::int64_t>(1, std::min(s.batch, kScores / per_row));
     const std::int64_t wanted = be.host ? kHostRows : kRowsTimesHeads / (batches * s.heads);
-    const std::int64_t rows = std::min({wanted, kScores / (batches * per_row), s.queries});
-    return {std::max<std::int64_t>(1, rows), batches};
+    const std::int64_t rows =
+        std::max<std::int64_t>(1, std::min({wanted, kScores / (batches * per_row), s.queries}));
+    return {rows, batches, causal ? score_step(rows, be) : rows};
+  }
+  /// Rows of one scores GEMM in a block of `rows`: a causal block's rows
+  /// see more keys row by row, so its scores GEMM is split into up to four
+  /// steps, each only as wide as its last row sees (the top one a quarter
+  /// of the diagonal square's width at four steps), of at least 256 rows
+  /// on GPUs (1,024-row blocks at H = 16 take four steps, the 128-row ones
+  /// at H = 128 one: a step of few rows under-fills the GPU) and 32 on
+  /// hosts (their 128-row blocks take four, which tests the steps there).
+  static std::int64_t score_step(std::int64_t rows, const Backend& be) {
+    const std::int64_t min_step = be.host ? 32 : 256;
+    return rows >= 2 * min_step ? std::max(min_step, (rows + 3) / 4) : rows;
   }
 
   Blocking blocking_;
