@@ -291,14 +291,15 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
     return {rows, batches, causal ? score_step(rows, be) : rows};
   }
   /// Rows of one scores GEMM in a block of `rows`: a causal block's rows
-  /// see more keys row by row, so its scores GEMM is split into up to four
-  /// steps, each only as wide as its last row sees (the top one a quarter
-  /// of the diagonal square's width at four steps), of at least 256 rows
-  /// on GPUs (1,024-row blocks at H = 16 take four steps, the 128-row ones
-  /// at H = 128 one: a step of few rows under-fills the GPU) and 32 on
-  /// hosts (their 128-row blocks take four, which tests the steps there).
+  /// see more keys row by row, so its scores GEMM is split into steps, each
+  /// only as wide as its last row sees, of at least 512 rows on GPUs (the
+  /// 1,024-row blocks at H = 16 take two: steps of 256 rows ran cuBLAS'
+  /// smaller tiles, 12 % slower a product, and gained only on the first
+  /// blocks, docs/performance.md; the 128-row blocks at H = 128 take one)
+  /// and of 32 on hosts (their 128-row blocks take four, which tests the
+  /// steps there).
   static std::int64_t score_step(std::int64_t rows, const Backend& be) {
-    const std::int64_t min_step = be.host ? 32 : 256;
+    const std::int64_t min_step = be.host ? 32 : 512;
     return rows >= 2 * min_step ? std::max(min_step, (rows + 3) / 4) : rows;
   }
 
