@@ -53,14 +53,14 @@ struct FlashOperands {
   std::int64_t head_group = 1;  ///< (batch, head) pairs whose tiles interleave (see locate)
   int scratch_level = 0;
 
-  /// Pairs per group: as many as keep their K and V within 32 MB, about
-  /// two thirds of a Hopper or Ampere L2. Ordering tiles by head alone was
-  /// 1.20x faster on (1,4096,128,128,512) bf16 than tile-major, but 1.10x
-  /// slower on (1,4096,16,128,512), whose K and V fit L2 anyway: its last
-  /// head's heavy tiles started last.
-  static std::int64_t head_group_for(std::int64_t keys) {
+  /// Pairs per group: as many as keep their K and V within `budget` bytes
+  /// (32 MB, about two thirds of a Hopper or Ampere L2, unless a kernel says
+  /// otherwise). Ordering tiles by head alone was 1.20x faster on
+  /// (1,4096,128,128,512) bf16 than tile-major, but 1.10x slower on
+  /// (1,4096,16,128,512), whose K and V fit L2 anyway: its last head's
+  /// heavy tiles started last.
+  static std::int64_t head_group_for(std::int64_t keys, std::int64_t budget = std::int64_t(32) << 20) {
     const std::int64_t per_pair = 2 * keys * D * std::int64_t(sizeof(T));
-    const std::int64_t budget = std::int64_t(32) << 20;
     return per_pair >= budget ? 1 : budget / per_pair;
   }
 
