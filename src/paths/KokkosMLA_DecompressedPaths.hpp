@@ -226,24 +226,23 @@ class DecompressedGemmPath final : public DecompressedPrefill<Scalar, ExecSpace>
     const auto out = head_rows(c.out);
     // Batch element b's rows of q and out lie T rows further than b - 1's, its K and V rows S further.
     const std::int64_t q_step = s.queries * q.row, out_step = s.queries * out.row, kv_step = s.keys * width;
+    // Keys that the last of the query rows before t_end sees: query t sees
+    // key positions up to S - T + t when causal (S >= T, validated), all otherwise.
+    auto keys_seen_before = [&](std::int64_t t_end) {
+      return this->problem_.options.causal ? std::min(s.keys, s.keys - s.queries + t_end) : s.keys;
+    };
     for (std::int64_t b0 = 0; b0 < s.batch; b0 += blocking_.batches)
       for (std::int64_t t0 = 0; t0 < s.queries; t0 += blocking_.rows) {
         const std::int64_t batches = std::min(blocking_.batches, s.batch - b0);
         const std::int64_t rows = std::min(blocking_.rows, s.queries - t0);
-        // Causal: the block's last query sees keys up to S - T + t0 + rows - 1.
-        const std::int64_t columns =
-            this->problem_.options.causal ? std::min(s.keys, s.keys - s.queries + t0 + rows) : s.keys;
+        const std::int64_t columns = keys_seen_before(t0 + rows);
         // The scores of (batch element, head) pairs, each rows x columns, one after another.
         const GroupedMatrices<Scalar> p{scores_.data(), columns, rows * columns, s.heads * rows * columns};
         // In steps of rows, each as far as its last row sees: the softmax
         // reads no column past a row's last visible key.
         for (std::int64_t r0 = 0; r0 < rows; r0 += blocking_.step) {
           const std::int64_t step = std::min(blocking_.step, rows - r0);
-          const std::int64_t seen = this->problem_.options.causal
-                                        ? std::min(columns, s.keys - s.queries + t0 + r0 + step)
-                                        : columns;
-          if (seen <= 0) continue;  // none of these rows sees a key (S < T)
-          gemm_groups(exec, batches, s.heads, step, seen, s.head_dim,
+          gemm_groups(exec, batches, s.heads, step, keys_seen_before(t0 + r0 + step), s.head_dim,
                       GroupedMatrices<const Scalar>{q.at(b0 * s.queries + t0 + r0, 0), q.row, q.head, q_step},
                       GroupedMatrices<const Scalar>{k + b0 * kv_step, width, s.head_dim, kv_step}, true,
                       GroupedMatrices<Scalar>{p.data + r0 * columns, p.ld, p.step, p.group_step}, pointers_);
