@@ -21,7 +21,8 @@ With --dtype bfloat16 or float16 it also times the tensor-core attention alone
 benchmark times its kernel (on Hopper builds the mma.sync kernel's beside it,
 decode_attention_sm80/..., rows kokkosmla-decode-attention-sm80), and with --flashmla FILE adds the lines of a
 FlashMLA benchmark run on the same GPU ("flashmla b=.. s_q=1 h_q=.. s_k=..
-time_us=.."); these rows count FLOPs and bytes by FlashMLA's formulas
+time_us=..", and optionally "check flashmla b=.. s_q=.. h_q=.. s_k=.. relerr=.."
+for the row's error); these rows count FLOPs and bytes by FlashMLA's formulas
 (attention only: 2 B H S (576 + 512) FLOPs; cache + q + oa bytes).
 With --fp8 (and --dtype bfloat16) it also runs bf16 queries over FlashMLA's
 FP8 cache (decode/fp8/..., decode_attention/fp8/...: rows of dtype fp8, the
@@ -187,17 +188,26 @@ def run_ours(args, shapes):
 def read_flashmla(path, shapes, sparse):
     """Rows of a FlashMLA benchmark run's output lines for the shapes asked for:
     its sparse lines with --sparse, else its dense ones (a sparse and a dense
-    shape can share B, Tq, H and S)."""
-    rows = []
+    shape can share B, Tq, H and S). A line "check <impl> b=.. s_q=.. h_q=..
+    s_k=.. relerr=.." gives that shape's row its error against a reference."""
+    wanted = "flashmla-sparse" if sparse else "flashmla"
+    rows, errors = [], {}
     for line in open(path):
-        impl = line.split()[0] if line.strip() else ""
-        if impl != ("flashmla-sparse" if sparse else "flashmla"):
+        words = line.split()
+        checked = len(words) > 1 and words[0] == "check"
+        if checked:
+            words = words[1:]
+        if not words or words[0] != wanted:
             continue
-        f = dict(kv.split("=") for kv in line.split()[1:])
-        B, Tq, H, S = int(f["b"]), int(f["s_q"]), int(f["h_q"]), int(f["s_k"])
-        if (B, Tq, H, S) in shapes:
-            rows.append(attention_row(B, Tq, H, S, impl, "cuda", float(f["time_us"]) / 1e3,
-                                      label="fp8" if impl == "flashmla-sparse" else None, topk=int(f.get("topk", 0))))
+        f = dict(kv.split("=") for kv in words[1:] if "=" in kv)
+        key = (int(f["b"]), int(f["s_q"]), int(f["h_q"]), int(f["s_k"]))
+        if checked:
+            errors[key] = float(f["relerr"])
+        elif key in shapes:
+            rows.append(attention_row(*key, wanted, "cuda", float(f["time_us"]) / 1e3,
+                                      label="fp8" if sparse else None, topk=int(f.get("topk", 0))))
+    for r in rows:
+        r["relerr"] = errors.get((r["shape"][0], r["Tq"], r["shape"][2], r["S"]))
     return rows
 
 
