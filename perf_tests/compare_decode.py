@@ -191,7 +191,7 @@ def read_flashmla(path, shapes, sparse):
     shape can share B, Tq, H and S). A line "check <impl> b=.. s_q=.. h_q=..
     s_k=.. relerr=.." gives that shape's row its error against a reference."""
     wanted = "flashmla-sparse" if sparse else "flashmla"
-    rows, errors = [], {}
+    found, errors = [], {}  # (shape, row) of each time line; each check line's error by shape
     for line in open(path):
         words = line.split()
         checked = len(words) > 1 and words[0] == "check"
@@ -204,11 +204,11 @@ def read_flashmla(path, shapes, sparse):
         if checked:
             errors[key] = float(f["relerr"])
         elif key in shapes:
-            rows.append(attention_row(*key, wanted, "cuda", float(f["time_us"]) / 1e3,
-                                      label="fp8" if sparse else None, topk=int(f.get("topk", 0))))
-    for r in rows:
-        r["relerr"] = errors.get((r["shape"][0], r["Tq"], r["shape"][2], r["S"]))
-    return rows
+            found.append((key, attention_row(*key, wanted, "cuda", float(f["time_us"]) / 1e3,
+                                             label="fp8" if sparse else None, topk=int(f.get("topk", 0)))))
+    for key, r in found:
+        r["relerr"] = errors.get(key)
+    return [r for _, r in found]
 
 
 def main():
