@@ -6,14 +6,14 @@
 //   fetch:       a tile's tokens copied as they are stored (656 or 576 bytes,
 //                Pitch apart) by cp.async into one buffer of a ring of
 //                `Stages` staging buffers in team scratch;
-//   dequantise:  (DecodeSm90Kernel, whose products read 16-bit tiles) a
-//                staged tile turned into a 16-bit one: e4m3 x scale in fp32
-//                (the contract's value), rounded to T once; bf16 RoPE keys
-//                of Fp8PerBlock as they are (bf16) or rounded (fp16).
+//   load_piece, put_piece: (DecodeSm90Kernel, whose products read 16-bit
+//                tiles) a token read from the cache into registers, then
+//                turned into 16-bit tile rows: e4m3 x scale in fp32 (the
+//                contract's value), rounded to T once; bf16 RoPE keys of
+//                Fp8PerBlock as they are (bf16) or rounded (fp16).
 // DecodeFp8TensorKernel reads the staged tokens themselves. Eight threads
-// share a token in both steps: one row lookup a thread a pass, in 8 Keys /
-// Threads passes. DecodeSm90's values group fetches and dequantises one
-// tile ahead, behind the group's barrier.
+// share a token: one row lookup a thread a pass, in 8 Keys / Threads
+// passes. DecodeSm90's third warpgroup dequantises, two passes ahead.
 
 #include <KokkosMLA_Fp8.hpp>
 
@@ -128,43 +128,61 @@ struct Fp8KeyTiles {
     commit_copies();
   }
 
-  /// Dequantises a staged tile; put(key, column, bits) stores 16 bytes
-  /// (eight T values of [latent, RoPE key] columns column .. column + 7) of
-  /// the kernel's tile. Thread `rank` takes latent channels 16 (rank % 8 +
-  /// 8j) .. + 15 of tokens rank / 8 + kPassKeys pass (block j, whose scale it
-  /// reads once) and their RoPE values 8 (rank % 8) .. + 7.
-  template <class Put>
-  __device__ void dequantise(const char* stage, int rank, Put put) const {
-    const unsigned stage_at = shared_address(stage);
-    KOKKOSMLA_UNROLL
-    for (int pass = 0; pass < kPasses; ++pass)
-      dequantise_token(stage_at, rank / 8 + kPassKeys * pass, rank % 8, put);
+  /// Where the token of cache row `row` starts.
+  __device__ const std::uint8_t* token(std::int64_t row) const {
+    return keys.tokens.latent + row * keys.tokens.latent_ld;
   }
 
-  /// Piece `piece` (of eight) of staged token `key`'s dequantisation, the
-  /// stage at shared-window address stage_at.
+  /// A thread's share of one token, read from the cache into registers
+  /// (DecodeSm90Kernel's dequantising warpgroup): latent channels 16 (piece
+  /// + 8j) .. + 15 of each 128-channel block j, the token's block scales
+  /// (Fp8PerBlock) and its RoPE values 8 piece .. + 7.
+  struct TokenPiece {
+    uint4 codes[kRank / 128];
+    uint4 scales;  // Fp8PerBlock: block j's fp32 scale in word j
+    uint4 rope;    // eight bf16 (Fp8PerBlock) or eight e4m3 codes in words 0, 1 (Fp8PerTensor)
+  };
+
+  /// Piece `piece` (of eight) of the token at `from`; zeros, read from
+  /// nowhere, where !valid (keys past a part's end, whose rows may hold anything).
+  __device__ static TokenPiece load_piece(const std::uint8_t* from, int piece, bool valid) {
+    TokenPiece p{};
+    if (!valid) return p;
+    KOKKOSMLA_UNROLL
+    for (int j = 0; j < kRank / 128; ++j) p.codes[j] = load_global_16(from + 16 * (piece + 8 * j));
+    if constexpr (kPerBlock) {
+      p.scales = load_global_16(from + kRank);
+      p.rope = load_global_16(from + kRank + 4 * (kRank / 128) + 16 * piece);
+    } else {
+      const uint2 codes = load_global_8(from + kRank + 8 * piece);
+      p.rope.x = codes.x, p.rope.y = codes.y;
+    }
+    return p;
+  }
+
+  /// Dequantises a piece of token `key` of a tile; put(key, column, bits)
+  /// stores 16 bytes (eight T values of [latent, RoPE key] columns column ..
+  /// column + 7) of the kernel's tile.
   template <class Put>
-  __device__ void dequantise_token(unsigned stage_at, int key, int piece, Put& put) const {
-    const unsigned token = stage_at + key * Pitch;
+  __device__ void put_piece(const TokenPiece& p, int key, int piece, Put&& put) const {
+    const unsigned block_scales[4] = {p.scales.x, p.scales.y, p.scales.z, p.scales.w};
+    static_assert(kRank / 128 == 4, "a scale word for each block");
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
       const int channel = 16 * (piece + 8 * j);  // in block j
-      const float scale =
-          kPerBlock ? __uint_as_float(load_shared_word(token + kRank + 4 * j)) : keys.latent_scale;
-      const uint4 codes = load_shared_16(token + channel);
-      put(key, channel, pairs(codes.x, codes.y, scale));
-      put(key, channel + 8, pairs(codes.z, codes.w, scale));
+      const float scale = kPerBlock ? __uint_as_float(block_scales[j]) : keys.latent_scale;
+      put(key, channel, pairs(p.codes[j].x, p.codes[j].y, scale));
+      put(key, channel + 8, pairs(p.codes[j].z, p.codes[j].w, scale));
     }
     const int column = kRank + 8 * piece;
     if constexpr (kPerBlock) {
-      const uint4 bf16 = load_shared_16(token + kRank + 4 * (kRank / 128) + 16 * piece);
       if constexpr (std::is_same<T, Kokkos::Experimental::bhalf_t>::value)
-        put(key, column, bf16);
+        put(key, column, p.rope);
       else
-        put(key, column, uint4{from_bf16(bf16.x), from_bf16(bf16.y), from_bf16(bf16.z), from_bf16(bf16.w)});
+        put(key, column,
+            uint4{from_bf16(p.rope.x), from_bf16(p.rope.y), from_bf16(p.rope.z), from_bf16(p.rope.w)});
     } else {
-      const uint2 codes = load_shared_8(token + kRank + 8 * piece);
-      put(key, column, pairs(codes.x, codes.y, keys.rope_scale));
+      put(key, column, pairs(p.rope.x, p.rope.y, keys.rope_scale));
     }
   }
 

@@ -220,6 +220,30 @@ KOKKOS_INLINE_FUNCTION void store_shared_16(unsigned address, uint4 v) {
 #endif
 }
 
+/// 16 (load_global_8: 8) bytes of global memory that no thread writes
+/// during the kernel, read into registers without allocating in L1
+/// (streamed cache rows, which a large team scratch leaves L1 little room for).
+KOKKOS_INLINE_FUNCTION uint4 load_global_16(const void* from) {
+  uint4 v{0, 0, 0, 0};
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(from));
+#else
+  (void)from;
+#endif
+  return v;
+}
+KOKKOS_INLINE_FUNCTION uint2 load_global_8(const void* from) {
+  uint2 v{0, 0};
+#ifdef KOKKOSMLA_SM80_DEVICE_CODE
+  asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(from));
+#else
+  (void)from;
+#endif
+  return v;
+}
+
 /// Which caches an asynchronous copy's source passes through: L2 only
 /// (cp.async.cg), or L1 as well (cp.async.ca).
 enum class CopyVia { L2, L1 };

@@ -39,13 +39,13 @@ DecodeSm90Path<Scalar, ExecSpace>::DecodeSm90Path(const ExecSpace&, const CacheP
 template <class Scalar, class ExecSpace>
 std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   const CacheShape& s = this->problem_.shape;
-  // The tile of the kernel the cache's storage takes (FP8 tokens: 32 keys).
-  const int key_tile =
-      with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [](auto k) { return decltype(k)::kKeys; });
+  // The team of the kernel the cache's storage takes (FP8 tokens: a third warpgroup).
+  const int team_size =
+      with_decode_kernel<DecodeSm90Kernel, Scalar>(s, [](auto k) { return decltype(k)::kThreads; });
   using Kernel = DecodeSm90Kernel<Scalar, 64>;
   std::ostringstream o;
-  o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << Kernel::kThreads
-    << " rows=" << Kernel::kRows << " key_tile=" << key_tile
+  o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << team_size
+    << " rows=" << Kernel::kRows << " key_tile=" << Kernel::kKeys
     << " scratch=" << decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();

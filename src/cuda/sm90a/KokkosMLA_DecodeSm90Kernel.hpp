@@ -34,12 +34,15 @@
 // (kDecodeSm90MinRows; docs/performance.md, which also gives the 32-key
 // design this one replaced).
 //
-// FP8 caches: 32-key tiles, P published in a buffer of its own (two deep);
-// tokens staged as stored in two buffers (tile i + 1's copied while tile i's
-// are dequantised) and dequantised by the values group into the two 16-bit
-// tiles, a tile ahead of the scores group
-// (KokkosMLA_Fp8Tiles.hpp; 203 KB of scratch). Sparse attention reads each
-// query token's listed keys (ListedKeys) as a sequence of its own.
+// FP8 caches: a third warpgroup, the dequantiser, reads each tile's tokens
+// from the cache into registers (two passes of 16 keys ahead of its
+// stores) and writes them dequantised into the 16-bit tile buffers, once
+// both other groups are done with the buffer's last tile (the empty
+// barrier counts both); the tiles, scratch and products are the 16-bit
+// cache's. The groups' registers are set apart (setmaxnreg): the
+// dequantiser needs few, the scores group most (KokkosMLA_Fp8Tiles.hpp).
+// Sparse attention reads each query token's listed keys (ListedKeys) as a
+// sequence of its own.
 //
 // Operands, part ranges and the writing of oa and lse are the mma.sync
 // kernel's (DecodeOperands): with several parts, each writes fp32 oa and lse
@@ -54,14 +57,10 @@
 namespace KokkosMLA {
 namespace Impl {
 
-/// Keys a tile of DecodeSm90Kernel: 64 from a 16-bit cache, 32 from FP8
-/// tokens (whose staging takes the room of the larger tiles).
-constexpr int decode_sm90_keys(CacheStorage storage) { return storage == CacheStorage::Native ? 64 : 32; }
-
 template <class T, int Rope, CacheStorage Storage = CacheStorage::Native, bool Listed = false>
 struct DecodeSm90Kernel
-    : DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed> {  // 64 query rows a team: one product's M
-  using Base = DecodeOperands<T, 64, decode_sm90_keys(Storage), Listed>;
+    : DecodeOperands<T, 64, 64, Listed> {  // 64 query rows a team (one product's M), 64-key tiles
+  using Base = DecodeOperands<T, 64, 64, Listed>;
   using Base::cache, Base::heads, Base::qa, Base::queries, Base::scale, Base::scratch_level;
   using Base::kKeys, Base::kRank, Base::kRows;
   static_assert(Rope == 64 || Rope == 0, "RoPE keys of 64, or none");
@@ -69,15 +68,27 @@ struct DecodeSm90Kernel
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
-  static constexpr int kGroups = 2, kGroupThreads = 128, kThreads = kGroupThreads * kGroups;
   static constexpr bool kFp8 = Storage != CacheStorage::Native;
   static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
-  static constexpr int kStages = 2;         // 16-bit key tiles: one in use, the next landing
-  static constexpr int kValuesBarrier = 1;  // the values group's named barrier (0 is the team's)
-  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, kKeys, kGroupThreads, 2>;
+  // Scores and values groups, and with FP8 tokens the dequantiser.
+  static constexpr int kScoresGroup = 0, kValuesGroup = 1, kDequantiser = 2;
+  static constexpr int kGroups = kFp8 ? 3 : 2, kGroupThreads = 128, kThreads = kGroupThreads * kGroups;
+  // With three groups, registers a thread of each (the launch bounds give
+  // all 168): the scores group holds S, O and P, the values group O, the
+  // dequantiser two passes of token pieces; 232 + 160 + 112 = 3 x 168, each
+  // the least that ptxas fits without spills (the listed per-block variant
+  // spills 72 bytes).
+  static constexpr int kLaunchRegisters = 65536 / kThreads / 8 * 8;
+  static constexpr int kScoresRegisters = 232, kValuesRegisters = 160, kDequantiserRegisters = 112;
+  static_assert(!kFp8 || kScoresRegisters + kValuesRegisters + kDequantiserRegisters <= 3 * kLaunchRegisters,
+                "the groups share what the launch gave");
+  static constexpr int kStages = 2;  // key tiles: one in use, the next landing
+  static constexpr int kConsumersBarrier =
+      1;  // named barrier of the scores and values groups (0 is the team's)
+  using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, kKeys, kGroupThreads, 1>;
   static constexpr int kSteps = kWidth / 16;         // k16 score steps: 36 (32)
   static constexpr int kScores = kKeys / 2;          // score accumulators per thread: 32 (16)
-  static constexpr int kGroupOut = kRank / kGroups;  // output columns per warpgroup: 256
+  static constexpr int kGroupOut = kRank / 2;        // output columns of the scores and values groups: 256
   static constexpr int kChunks = kGroupOut / 64;     // n64 products per k16 step: 4
   static constexpr int kPieces = kWidth / 8;         // 16-byte pieces per row: 72 (64)
   static constexpr int kQueryBytes = kWidth / 64 * kRows * 128;
@@ -100,7 +111,7 @@ struct DecodeSm90Kernel
   /// or in pages of a multiple of 64 keys), or null: tiles copied by cp.async.
   const std::uint64_t* tile_maps = nullptr;
   /// Kernels that copy by TMA where tile_maps say so (not FP8 tokens, which
-  /// are staged and dequantised, nor listed keys, which are scattered rows).
+  /// are dequantised, nor listed keys, which are scattered rows).
   static constexpr bool kTmaTiles = !kFp8 && !Listed;
   /// How TMA sees `rows` cache rows of `width` 16-bit values, `ld` apart:
   /// boxes of 64 keys by one 64-column swizzled block.
@@ -116,7 +127,7 @@ struct DecodeSm90Kernel
 
   KOKKOS_INLINE_FUNCTION static std::size_t scratch_bytes() {
     return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) + kPublishedBytes + kMaximaBytes +
-           kBarriers * sizeof(std::uint64_t) + (kFp8 ? Fp8Tiles::kScratchBytes : 0) + wgmma::kAtomBytes;
+           kBarriers * sizeof(std::uint64_t) + wgmma::kAtomBytes;
   }
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
@@ -137,7 +148,6 @@ struct DecodeSm90Kernel
     sync::Ring probabilities;  // published P and row maxima; empty: the values group is done with one
     char* published;           // P of tiles 0, 1 (not kProbabilitiesInTile)
     float* maxima;  // (2, kRows): each tile's running row maxima; at the end the final max and sums
-    char* staging;  // FP8 tokens
     /// Where tile i's P is published.
     __device__ char* probabilities_of(int i) const {
       if constexpr (kProbabilitiesInTile)
@@ -154,13 +164,11 @@ struct DecodeSm90Kernel
     char* published = key_tiles + kStages * kTileBytes;
     auto* maxima = reinterpret_cast<float*>(published + kPublishedBytes);
     auto* barriers = reinterpret_cast<std::uint64_t*>(reinterpret_cast<char*>(maxima) + kMaximaBytes);
-    char* staging = reinterpret_cast<char*>(barriers + kBarriers);
     return {queries,
             {key_tiles, barriers, barriers + kStages, kStages, kTileBytes},
             {nullptr, barriers + 2 * kStages, barriers + 2 * kStages + 2, 2, 0},
             published,
-            maxima,
-            staging};
+            maxima};
   }
 
   /// Starts copying the team's 64 query rows [qa, q_rope] (zeros past the
@@ -245,46 +253,67 @@ struct DecodeSm90Kernel
       tma::load_box(tile + kRank / 64 * kKeys * 128, tile_maps + tma::kMapWords, 0, int(row), full);
   }
 
-  /// The values group puts key tile i into its ring buffer, whose earlier
-  /// tile both groups are done with. 16-bit caches: a whole tile with maps
-  /// by TMA (thread 0, with the row in `rows`), else its copies started
+  /// The values group puts key tile i of a 16-bit cache into its ring
+  /// buffer, whose earlier tile both groups are done with: a whole tile with
+  /// maps by TMA (thread 0, with the row in `rows`), else its copies started
   /// (from `rows`); `rows` then set to tile i + 1's; each thread's arrival
-  /// on the tile's full barrier counted as its copies land. FP8: once the
-  /// group's copies of its tokens have landed (threads read scales and RoPE
-  /// values that others copied; the same barrier says every thread is done
-  /// with tile i - 1's staging buffer), tile i + 1's tokens fetched into that
-  /// buffer, and tile i's dequantised and published. Nothing past the part's
-  /// keys (no one waits for it), but an empty copy group for a 16-bit cache:
-  /// one group a fill.
+  /// on the tile's full barrier counted as its copies land. Nothing past the
+  /// part's keys (no one waits for it), but an empty copy group: one group a fill.
   __device__ void fill(const Scratch& sc, int i, std::int64_t b, std::int64_t begin, std::int64_t key_end,
                        int thread, TileRows& rows) const {
     const std::int64_t k0 = begin + std::int64_t(i) * kKeys;
     if (k0 >= key_end) {
-      if constexpr (!kFp8) commit_copies();
+      commit_copies();
       return;
     }
-    if constexpr (kFp8) {
-      wait_copies<0>();
-      sync::named_wait(kValuesBarrier, kGroupThreads);
-      fp8_tiles().fetch(*this, b, k0 + kKeys, key_end, Fp8Tiles::slot(sc.staging, i + 1), thread);
+    if (copied_by_tma(k0, key_end)) {
+      if (thread == 0)
+        load_keys(rows.row[0], sc.keys.buffer(i), sc.keys.full_of(i));
+      else
+        sc.keys.filled(i);
+      commit_copies();  // one copy group a fill, as ever
+    } else {
+      stage_keys(k0, key_end, rows, sc.keys.buffer(i), thread);
+      sc.keys.filled_when_copied(i);
+    }
+    rows = tile_rows(b, k0 + kKeys, key_end, thread);
+  }
+
+  /// The dequantiser (FP8 tokens), per tile i: its tokens read into
+  /// registers by passes of 16 keys, two passes ahead of their stores (the
+  /// tile's cache rows a tile ahead of those), dequantised into buffer i % 2
+  /// once both other groups are done with tile i - 2, and published on the
+  /// tile's full barrier.
+  __device__ void dequantise_tiles(const Scratch& sc, int tiles, std::int64_t b, std::int64_t begin,
+                                   std::int64_t key_end, int thread) const {
+    static_assert(kPasses == 4, "two pairs of passes a tile");
+    const Fp8Tiles tokens = fp8_tiles();
+    TileRows rows = tile_rows(b, begin, key_end, thread), next = tile_rows(b, begin + kKeys, key_end, thread);
+    auto load = [&](const TileRows& r, int i, int pass, int me) {
+      const std::int64_t k = begin + std::int64_t(i) * kKeys + me / 8 + kPassKeys * pass;
+      return Fp8Tiles::load_piece(tokens.token(r.row[pass]), me % 8, k < key_end);
+    };
+    typename Fp8Tiles::TokenPiece even = load(rows, 0, 0, thread), odd = load(rows, 0, 1, thread);
+    for (int i = 0; i < tiles; ++i) {
+      // Hidden once a tile: the stores' 40 offsets are not kept in registers across tiles.
+      const int me = hidden_from_compiler(thread), key = me / 8, piece = me % 8;
+      if (i >= kStages) sc.keys.await_release(i - kStages);
       const unsigned tile_at = shared_address(sc.keys.buffer(i));
-      fp8_tiles().dequantise(Fp8Tiles::slot(sc.staging, i), thread, [&](int key, int column, uint4 bits) {
-        store_shared_16(tile_at + wgmma::swizzled_offset(kKeys, key, column), bits);
-      });
+      auto put = [&](int k, int column, uint4 bits) {
+        store_shared_16(tile_at + wgmma::swizzled_offset(kKeys, k, column), bits);
+      };
+      tokens.put_piece(even, key, piece, put);
+      even = load(rows, i, 2, me);
+      tokens.put_piece(odd, key + kPassKeys, piece, put);
+      odd = load(rows, i, 3, me);
+      tokens.put_piece(even, key + 2 * kPassKeys, piece, put);
+      even = load(next, i + 1, 0, me);
+      tokens.put_piece(odd, key + 3 * kPassKeys, piece, put);
+      odd = load(next, i + 1, 1, me);
       wgmma::fence_shared_writes();
       sc.keys.filled(i);
-    } else {
-      if (copied_by_tma(k0, key_end)) {
-        if (thread == 0)
-          load_keys(rows.row[0], sc.keys.buffer(i), sc.keys.full_of(i));
-        else
-          sc.keys.filled(i);
-        commit_copies();  // one copy group a fill, as ever
-      } else {
-        stage_keys(k0, key_end, rows, sc.keys.buffer(i), thread);
-        sc.keys.filled_when_copied(i);
-      }
-      rows = tile_rows(b, k0 + kKeys, key_end, thread);
+      rows = next;
+      next = tile_rows(b, begin + std::int64_t(i + 2) * kKeys, key_end, me);
     }
   }
 
@@ -299,40 +328,41 @@ struct DecodeSm90Kernel
     // Key positions are below 2^30 (validated): tiles count in 32 bits.
     const int tiles = int((team_end - begin + kKeys - 1) / kKeys);
 
-    if (rank == 0)
-      for (int i = 0; i < kBarriers; ++i) sync::init(sc.keys.full + i, kGroupThreads);  // one group arrives
+    if (rank == 0) {
+      // One group arrives on each barrier; on the key tiles' empty ones with
+      // FP8 tokens, both groups that read the tiles (the dequantiser fills them).
+      for (int i = 0; i < kBarriers; ++i) {
+        const bool key_tile_empty = i >= kStages && i < 2 * kStages;
+        sync::init(sc.keys.full + i, kFp8 && key_tile_empty ? 2 * kGroupThreads : kGroupThreads);
+      }
+    }
     team.team_barrier();
     stage_queries(b, first, sc.queries, rank);
     TileRows key_rows{};  // of the values group's next fill (16-bit caches)
-    if (group == 1) {
-      if constexpr (kFp8)
-        fp8_tiles().fetch(*this, b, begin, team_end, Fp8Tiles::slot(sc.staging, 0), thread);
-      else
-        key_rows = tile_rows(b, begin, team_end, thread);
+    if (!kFp8 && group == kValuesGroup) {
+      key_rows = tile_rows(b, begin, team_end, thread);
       fill(sc, 0, b, begin, team_end, thread, key_rows);
-      wait_copies<1>();  // the queries' group: the oldest (FP8: waited for by the fill)
+      wait_copies<1>();  // the queries' group: the oldest
     } else {
       wait_copies<0>();
     }
     wgmma::fence_shared_writes();
     team.team_barrier();  // the queries visible
 
-    float o[kChunks][32];
-    KOKKOSMLA_UNROLL
-    for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
-    for (int i = 0; i < 32; ++i) o[c][i] = 0.f;
+    // Each role's work in one branch from its registers' setting on: ptxas
+    // allocates the branch under that setting, and code after a merge of
+    // branches under the least of them.
     float m[2] = {-INFINITY, -INFINITY}, l[2] = {0.f, 0.f};  // running max (log2 units), lane's sums
-    if (group == 0) {
+    if (group == kScoresGroup) {
+      if constexpr (kFp8) wgmma::set_registers<kScoresRegisters, kLaunchRegisters>();
       const std::int64_t n0 = first + row0;
       const int visible0 = int(this->visible_end(share, n0) - begin);
       const int visible1 = int(this->visible_end(share, n0 + 8) - begin);
+      float o[kChunks][32];
+      zero(o);
       score_tiles(sc, o, m, l, tiles, int(share.edge_from - begin), visible0, visible1, row0, t);
-    } else {
-      value_tiles(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
-    }
-    team.team_barrier();  // with one part, oa overwrites the team's qa rows: every copy of them is done
-    // The values group takes the rows' final max and sums (each row's sum on its lane t = 0).
-    if (group == 0) {
+      // The values group takes the rows' final max and sums (each row's sum on its lane t = 0).
+      consumers_meet();  // both groups done with the tiles' maxima
       float sum[2] = {l[0], l[1]};
       KOKKOSMLA_UNROLL
       for (int r = 0; r < 2; ++r) {
@@ -340,17 +370,39 @@ struct DecodeSm90Kernel
         sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
         if (t == 0) sc.maxima[row0 + 8 * r] = m[r], sc.maxima[kRows + row0 + 8 * r] = sum[r];
       }
-    }
-    team.team_barrier();
-    if (group == 1) {
+      consumers_meet();
+      finish(o, m, l, b, share.part, n0, t, group);
+    } else if (group == kValuesGroup) {
+      if constexpr (kFp8) wgmma::set_registers<kValuesRegisters, kLaunchRegisters>();
+      float o[kChunks][32];
+      zero(o);
+      value_tiles(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
+      consumers_meet();
+      consumers_meet();  // the scores group's final max and sums written
       KOKKOSMLA_UNROLL
       for (int r = 0; r < 2; ++r)
         m[r] = sc.maxima[row0 + 8 * r], l[r] = t == 0 ? sc.maxima[kRows + row0 + 8 * r] : 0.f;
+      finish(o, m, l, b, share.part, first + row0, t, group);
+    } else if constexpr (kFp8) {
+      wgmma::set_registers<kDequantiserRegisters, kLaunchRegisters>();
+      dequantise_tiles(sc, tiles, b, begin, team_end, thread);
     }
-    finish(o, m, l, b, share.part, first + row0, t, group);
     team.team_barrier();  // all done with the barriers: the block's next team sets them up anew
     if (rank == 0)
       for (int i = 0; i < kBarriers; ++i) sync::invalidate(sc.keys.full + i);
+  }
+
+  /// The scores and values groups meet (a named barrier of their 256
+  /// threads; each warp converged first, as bar.sync expects, since the
+  /// mbarrier waits' loops sit in inline PTX).
+  __device__ static void consumers_meet() {
+    __syncwarp();
+    sync::named_wait(kConsumersBarrier, 2 * kGroupThreads);
+  }
+  __device__ static void zero(float (&o)[kChunks][32]) {
+    KOKKOSMLA_UNROLL
+    for (int c = 0; c < kChunks; ++c) KOKKOSMLA_UNROLL
+    for (int i = 0; i < 32; ++i) o[c][i] = 0.f;
   }
 
   /// The scores group: per tile, S (both operands in scratch), the online
@@ -408,10 +460,13 @@ struct DecodeSm90Kernel
       for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
       if (i > 0) {
         sc.probabilities.release(i - 1);
-        sc.keys.await_release(i - 1);
+        if constexpr (kFp8)
+          sc.keys.release(i - 1);  // to the dequantiser
+        else
+          sc.keys.await_release(i - 1);
       }
       // Hidden once a tile: the copies' offsets are not kept in registers across tiles.
-      fill(sc, i + kStages - 1, b, begin, key_end, hidden_from_compiler(thread), rows);
+      if constexpr (!kFp8) fill(sc, i + kStages - 1, b, begin, key_end, hidden_from_compiler(thread), rows);
       sc.probabilities.await(i);
       sc.keys.await(i);
       wgmma::fence_shared_writes();

@@ -111,6 +111,21 @@ __device__ inline void wait() {
 #endif
 }
 
+/// Sets this warpgroup's registers a thread from `Launched` (what the
+/// kernel's launch bounds gave it) to N (all its threads call it): a kernel
+/// whose groups have roles gives the registers one role does not need to
+/// another (setmaxnreg; N a multiple of 8 in [24, 256]).
+template <int N, int Launched>
+__device__ inline void set_registers() {
+  static_assert(N % 8 == 0 && N >= 24 && N <= 256, "setmaxnreg's range");
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  if constexpr (N > Launched)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
+  else if constexpr (N < Launched)
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(N));
+#endif
+}
+
 /// Makes shared memory written by ordinary stores and cp.async visible to
 /// the products, which read it through the async proxy.
 __device__ inline void fence_shared_writes() {
