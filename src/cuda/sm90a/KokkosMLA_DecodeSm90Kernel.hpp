@@ -448,9 +448,10 @@ struct DecodeSm90Kernel
   }
 
   /// The values group: per tile, the next tile filled into the buffer the
-  /// previous one leaves, then O[:, 256:512] rescaled by the correction of
-  /// the published row maxima (the scores group's arithmetic, so the same
-  /// bits) and += P V from scratch.
+  /// previous one leaves (16-bit caches; with FP8 tokens the dequantiser
+  /// fills it once this group too has released the previous tile), then
+  /// O[:, 256:512] rescaled by the correction of the published row maxima
+  /// (the scores group's arithmetic, so the same bits) and += P V from scratch.
   __device__ void value_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], int tiles,
                               std::int64_t b, std::int64_t begin, std::int64_t key_end, int row0, int thread,
                               TileRows& rows) const {
