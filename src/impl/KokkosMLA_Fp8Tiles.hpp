@@ -165,8 +165,8 @@ struct Fp8KeyTiles {
   /// column + 7) of the kernel's tile.
   template <class Put>
   __device__ void put_piece(const TokenPiece& p, int key, int piece, Put&& put) const {
-    const unsigned block_scales[4] = {p.scales.x, p.scales.y, p.scales.z, p.scales.w};
     static_assert(kRank / 128 == 4, "a scale word for each block");
+    const unsigned block_scales[4] = {p.scales.x, p.scales.y, p.scales.z, p.scales.w};
     KOKKOSMLA_UNROLL
     for (int j = 0; j < kRank / 128; ++j) {
       const int channel = 16 * (piece + 8 * j);  // in block j

@@ -83,8 +83,8 @@ struct DecodeSm90Kernel
   static_assert(!kFp8 || kScoresRegisters + kValuesRegisters + kDequantiserRegisters <= 3 * kLaunchRegisters,
                 "the groups share what the launch gave");
   static constexpr int kStages = 2;  // key tiles: one in use, the next landing
-  static constexpr int kConsumersBarrier =
-      1;  // named barrier of the scores and values groups (0 is the team's)
+  // The named barrier of the scores and values groups (0 is the team's).
+  static constexpr int kConsumersBarrier = 1;
   using Fp8Tiles = Fp8KeyTiles<T, kFp8 ? Storage : CacheStorage::Fp8PerBlock, kKeys, kGroupThreads, 1>;
   static constexpr int kSteps = kWidth / 16;         // k16 score steps: 36 (32)
   static constexpr int kScores = kKeys / 2;          // score accumulators per thread: 32 (16)
