@@ -186,30 +186,9 @@ KOKKOS_INLINE_FUNCTION void store_shared_word(unsigned address, unsigned v) {
 #endif
 }
 
-/// 16 (load_shared_8: 8) bytes of shared memory at a shared-window address,
-/// and their store: 32-bit address arithmetic, where team-scratch pointers
-/// reach the compiler as generic 64-bit ones.
-KOKKOS_INLINE_FUNCTION uint4 load_shared_16(unsigned address) {
-  uint4 v{0, 0, 0, 0};
-#ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "r"(address)
-               : "memory");
-#else
-  (void)address;
-#endif
-  return v;
-}
-KOKKOS_INLINE_FUNCTION uint2 load_shared_8(unsigned address) {
-  uint2 v{0, 0};
-#ifdef KOKKOSMLA_SM80_DEVICE_CODE
-  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(address) : "memory");
-#else
-  (void)address;
-#endif
-  return v;
-}
+/// 16 bytes stored into shared memory at a shared-window address: 32-bit
+/// address arithmetic, where team-scratch pointers reach the compiler as
+/// generic 64-bit ones.
 KOKKOS_INLINE_FUNCTION void store_shared_16(unsigned address, uint4 v) {
 #ifdef KOKKOSMLA_SM80_DEVICE_CODE
   asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n" ::"r"(address), "r"(v.x), "r"(v.y), "r"(v.z),
