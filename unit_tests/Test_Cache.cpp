@@ -1712,6 +1712,7 @@ TYPED_TEST(HalfCache, EveryTensorPathWithinTwiceFrameworkError) {
   cases.push_back({2, 2, 128, 8, 512, 64, 144, 16, true, {130, 49}});  // 2 tokens x 128 heads: four teams
   cases.push_back({1, 3, 24, 8, 512, 0, 100, 0, false, {100}});        // 72 rows over 3 tokens, no RoPE
   cases.push_back({2, 2, 32, 8, 512, 64, 256, 64, true, {256, 70}});   // packed, page 64: whole tiles, a part
+  cases.push_back({3, 1, 256, 8, 512, 64, 256, 64, false, {200, 1, 65}});  // two pairs of teams a token (FP8)
   std::map<CacheStorage, std::map<Path, int>> ran;
   std::uint64_t seed = 900;
   auto run = [&](const CacheCase& c, const Options& opt, CacheStorage storage, const std::string& what) {

@@ -291,6 +291,32 @@ TEST(PathChoice, HopperDecodeNeedsSm90LargeScratchAndThirtyTwoRows) {
     EXPECT_FALSE(takes(large, 90, fp8_no_rope));
   }
 }
+
+// Its teams run in pairs that share each FP8 tile's dequantisation where a
+// pair's 128 rows are heads of one query token: dense FP8 caches, H a
+// multiple of 128; not 16-bit caches, nor sparse lists.
+TEST(PathChoice, HopperDecodePairsTeamsOverFp8TokensOfWhole128HeadBlocks) {
+  using Unit = Impl::DecodeSm90Path<Kokkos::Experimental::bhalf_t, Kokkos::Cuda>;
+  auto fp8 = [](std::int64_t queries, std::int64_t heads, std::int64_t topk = 0) {
+    CacheShape s{128, queries, heads, 128, 512, 64, 4096};
+    s.storage = CacheStorage::Fp8PerBlock;
+    s.topk = topk;
+    return s;
+  };
+  EXPECT_TRUE(Unit::teams_in_pairs(fp8(1, 128)));
+  EXPECT_TRUE(Unit::teams_in_pairs(fp8(2, 128)));
+  EXPECT_TRUE(Unit::teams_in_pairs(fp8(1, 256)));
+  CacheShape per_tensor = fp8(1, 128);
+  per_tensor.storage = CacheStorage::Fp8PerTensor;
+  EXPECT_TRUE(Unit::teams_in_pairs(per_tensor));
+  EXPECT_FALSE(Unit::teams_in_pairs(fp8(2, 64)));  // 128 rows over two tokens' keys
+  EXPECT_FALSE(Unit::teams_in_pairs(fp8(1, 64)));
+  EXPECT_FALSE(Unit::teams_in_pairs(fp8(1, 192)));
+  EXPECT_FALSE(Unit::teams_in_pairs(fp8(1, 128, 2048)));  // sparse lists
+  CacheShape bf16 = fp8(1, 128);
+  bf16.storage = CacheStorage::Native;
+  EXPECT_FALSE(Unit::teams_in_pairs(bf16));
+}
 #endif
 
 #if KOKKOSMLA_ENABLE_SM80 && KOKKOSMLA_HAS_BHALF

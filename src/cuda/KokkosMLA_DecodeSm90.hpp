@@ -22,6 +22,9 @@ class DecodeSm90Path final : public AbsorbedTensorPath<Scalar, ExecSpace> {
   static constexpr bool available =
       KOKKOSMLA_ENABLE_SM90A && is_cuda_space<ExecSpace>() && is_half_precision<Scalar>::value;
   static bool applicable(const CacheProblem& p);
+  /// Whether the kernel's teams run in pairs that share each FP8 tile's
+  /// dequantisation: dense FP8 caches, whole 128-row blocks of one query token.
+  static bool teams_in_pairs(const CacheShape& s);
   using Call = typename PlannedCache<Scalar, ExecSpace>::Call;
 
   DecodeSm90Path(const ExecSpace& exec, const CacheProblem& p);

@@ -658,29 +658,30 @@ decltype(auto) with_decode_kernel(const CacheShape& s, F&& f) {
                     : with_decode_kernel_of<Kernel, T, false>(s, f);
 }
 
-/// attend_in_parts' default `configure`: a kernel bound to the call needs nothing more.
-struct NothingToConfigure {
+/// attend_in_parts' default `attend`: a kernel bound to the call needs nothing more.
+struct AttendAsBound {
   template <class K>
-  void operator()(K&) const {}
+  void operator()(const Kokkos::Cuda& exec, const char* label, const K& kernel) const {
+    attend_decode(exec, label, kernel);
+  }
 };
 
 /// The attention step of a tensor-core cache path: the decode kernel
 /// Kernel of operand type T (DataOf<T> data) and of the cache's storage and
 /// RoPE width, bound to the call and run in parts (launched as `label`), qa
 /// in, oa out in its place; with sparse indices over the listed keys.
-/// `configure(kernel)` sets what a path's kernel has beyond the call (the
-/// Hopper kernel's TMA maps) before the launch.
+/// `attend(exec, label, kernel)` runs it (attend_decode), after setting what
+/// a path's kernel has beyond the call (the Hopper kernel's TMA maps, its
+/// teams in pairs).
 template <template <class, int, CacheStorage, bool> class Kernel, class T,
-          class Data = typename DataOf<T>::type, class Configure = NothingToConfigure>
+          class Data = typename DataOf<T>::type, class Attend = AttendAsBound>
 void attend_in_parts(const Kokkos::Cuda& exec, const char* label, const CacheShape& s, int splits,
                      float scale, bool causal,
                      const CacheArguments<Data, Kokkos::Cuda::memory_space, Kokkos::LayoutStride>& a,
-                     Data* qa, float* parts, const ListedKeys& listed,
-                     const Configure& configure = {}) {
+                     Data* qa, float* parts, const ListedKeys& listed, const Attend& attend = {}) {
   with_decode_kernel<Kernel, T>(s, [&](auto kernel) {
     auto bound = bound_decode_kernel<decltype(kernel)>(s, splits, scale, causal, a, qa, parts, listed);
-    configure(bound);
-    attend_decode(exec, label, bound);
+    attend(exec, label, bound);
   });
 }
 

@@ -9,8 +9,11 @@
 
 #include <climits>
 #include <cstdint>
+#include <mutex>
+#include <set>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 
 namespace KokkosMLA {
 namespace Impl {
@@ -30,6 +33,42 @@ struct LaunchConfig {
   int project_columns = 0;        ///< output columns
   int project_chunk = 0;          ///< and inner-dimension chunk per team
 };
+
+/// Teams a cluster of kernel K's launch holds (K::kClusterTeams, else 1):
+/// on CUDA, thread-block clusters whose teams share scratch and barriers.
+template <class K, class = void>
+struct ClusterTeams : std::integral_constant<int, 1> {};
+template <class K>
+struct ClusterTeams<K, std::void_t<decltype(K::kClusterTeams)>>
+    : std::integral_constant<int, K::kClusterTeams> {};
+
+#ifdef KOKKOS_ENABLE_CUDA
+/// Has Kokkos launch kernel K under policy type P in clusters of `teams`
+/// (consecutive league ranks) on exec's GPU: a required cluster width set,
+/// once a GPU, on the CUDA function that Kokkos launches for them (its own
+/// launch has no cluster argument).
+template <class K, class P>
+void launch_in_clusters(const Kokkos::Cuda& exec, const char* label, int teams) {
+  static std::mutex mutex;
+  static std::set<int> devices_set;
+  const std::lock_guard<std::mutex> lock(mutex);
+  const int device = exec.cuda_device();
+  if (devices_set.count(device)) return;
+  using Driver = Kokkos::Impl::ParallelFor<K, P, Kokkos::Cuda>;
+  const void* function = reinterpret_cast<const void*>(
+      Kokkos::Impl::CudaParallelLaunch<Driver, typename P::launch_bounds>::get_kernel_func());
+  int current = 0;
+  cudaError_t e = cudaGetDevice(&current);
+  if (e == cudaSuccess) e = cudaSetDevice(device);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(function, cudaFuncAttributeRequiredClusterWidth, teams);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(function, cudaFuncAttributeRequiredClusterHeight, 1);
+  if (e == cudaSuccess) e = cudaFuncSetAttribute(function, cudaFuncAttributeRequiredClusterDepth, 1);
+  if (cudaSetDevice(current) != cudaSuccess || e != cudaSuccess)
+    throw std::runtime_error(std::string(label) + ": clusters of " + std::to_string(teams) +
+                             " teams refused: " + cudaGetErrorString(e));
+  devices_set.insert(device);
+}
+#endif
 
 /// Launches kernel k with its scratch, as many threads per team as asked for
 /// and the backend allows for this kernel (under the launch bounds given). A
@@ -58,6 +97,18 @@ void launch(const ExecSpace& exec, const char* label, const Kernel& k, int team_
       Kokkos::Experimental::require(Policy(exec, int(league), team_size < allowed ? team_size : allowed),
                                     Kokkos::Experimental::WorkItemProperty::HintLightWeight);
   policy.set_scratch_size(k.scratch_level, Kokkos::PerTeam(scratch_bytes));
+  if constexpr (ClusterTeams<Kernel>::value > 1) {
+    constexpr int teams = ClusterTeams<Kernel>::value;
+    if (league % teams != 0)
+      throw std::invalid_argument(std::string(label) + ": " + std::to_string(league) +
+                                  " teams, not whole clusters of " + std::to_string(teams));
+#ifdef KOKKOS_ENABLE_CUDA
+    static_assert(std::is_same<ExecSpace, Kokkos::Cuda>::value, "clusters of teams: CUDA alone");
+    launch_in_clusters<Kernel, decltype(policy)>(exec, label, teams);
+#else
+    static_assert(ClusterTeams<Kernel>::value == 1, "clusters of teams: CUDA alone");
+#endif
+  }
   Kokkos::parallel_for(label, policy, k);
 }
 

@@ -2,8 +2,9 @@
 #define KOKKOSMLA_BARRIERS_HPP
 // Synchronisation finer than a team barrier for the sm_90a kernels, through
 // inline PTX: shared-memory mbarriers (a count of arrivals per phase; a
-// thread's cp.async copies can arrive when they land) and named barriers
-// between two warpgroups (one waits, the other only arrives).
+// thread's cp.async copies can arrive when they land), named barriers
+// between two warpgroups (one waits, the other only arrives), and what the
+// teams of a thread-block cluster share.
 
 #include "cuda/sm90a/KokkosMLA_Wgmma.hpp"
 
@@ -52,20 +53,28 @@ __device__ inline void arrive_when_copied(std::uint64_t* barrier) {
 #endif
 }
 
+// An mbarrier's wait loop, acquiring at the scope `order` names.
+#define KOKKOSMLA_MBARRIER_WAIT(order)                            \
+  "{\n.reg .pred done;\nwaiting:\nmbarrier.try_wait.parity" order \
+  ".shared::cta.b64 done, [%0], %1;\n"                            \
+  "@!done bra waiting;\n}\n"
+
 /// Waits until the phase of parity `parity` (0 for the first, 1 for the
-/// second, ...) has completed.
+/// second, ...) has completed; FromCluster: also acquiring what threads of
+/// the cluster's other teams released by their arrivals (cluster::arrive_remote).
+template <bool FromCluster = false>
 __device__ inline void wait(std::uint64_t* barrier, unsigned parity) {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
-  asm volatile(
-      "{\n.reg .pred done;\nwaiting:\n"
-      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-      "@!done bra waiting;\n}\n" ::"r"(address_of(barrier)),
-      "r"(parity)
-      : "memory");
+  if constexpr (FromCluster)
+    asm volatile(KOKKOSMLA_MBARRIER_WAIT(".acquire.cluster")::"r"(address_of(barrier)), "r"(parity)
+                 : "memory");
+  else
+    asm volatile(KOKKOSMLA_MBARRIER_WAIT("")::"r"(address_of(barrier)), "r"(parity) : "memory");
 #else
   (void)barrier, (void)parity;
 #endif
 }
+#undef KOKKOSMLA_MBARRIER_WAIT
 
 /// Named barrier `id` over `threads` threads: wait there, or only arrive.
 __device__ inline void named_wait(int id, int threads) {
@@ -113,6 +122,74 @@ struct Ring {
 };
 
 }  // namespace sync
+
+/// Thread-block clusters: teams launched together on one GPC, each able to
+/// write the others' scratch and arrive on their mbarriers (a kernel's
+/// launch sets the cluster's size: kClusterTeams, Launch.hpp).
+namespace cluster {
+
+/// This team's rank in its cluster.
+__device__ inline unsigned rank() {
+  unsigned r = 0;
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+#endif
+  return r;
+}
+
+/// The address, in the cluster's shared window, of what sits at `address`
+/// (a shared-window address) in the scratch of the cluster's team `team`.
+__device__ inline unsigned peer_address(unsigned address, unsigned team) {
+  unsigned r = 0;
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm("mapa.shared::cluster.u32 %0, %1, %2;\n" : "=r"(r) : "r"(address), "r"(team));
+#else
+  (void)address, (void)team;
+#endif
+  return r;
+}
+
+/// Every thread of the cluster's teams meets here: what each wrote before
+/// is visible to all after (and mbarriers set up before, once
+/// publish_inits has run, may take remote arrivals).
+__device__ inline void meet() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+#endif
+}
+
+/// Orders this thread's mbarrier set-ups before its next cluster-scope release (meet).
+__device__ inline void publish_inits() {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+}
+
+/// This thread's arrival on another team's mbarrier (`barrier`: its
+/// cluster address), releasing at cluster scope what this thread has done.
+__device__ inline void arrive_remote(unsigned barrier) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile("mbarrier.arrive.release.cluster.shared::cluster.b64 _, [%0];\n" ::"r"(barrier) : "memory");
+#else
+  (void)barrier;
+#endif
+}
+
+/// Stores 16 bytes at `address` in another team's scratch, counted (as
+/// bytes, like a TMA copy's) on its mbarrier at `barrier` (cluster addresses).
+__device__ inline void store_remote_16(unsigned address, uint4 v, unsigned barrier) {
+#ifdef KOKKOSMLA_SM90A_DEVICE_CODE
+  asm volatile(
+      "st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];\n" ::"r"(
+          address),
+      "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(barrier)
+      : "memory");
+#else
+  (void)address, (void)v, (void)barrier;
+#endif
+}
+
+}  // namespace cluster
 }  // namespace Impl
 }  // namespace KokkosMLA
 

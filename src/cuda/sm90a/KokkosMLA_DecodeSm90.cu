@@ -20,6 +20,16 @@ namespace Impl {
 /// FP8 0.318 against 0.233.
 constexpr std::int64_t kDecodeSm90MinRows = 32;
 
+/// FP8 tokens, whose dequantisation bounds the kernel at 64 rows and more,
+/// in pairs (PairedTeams) where H is a multiple of 128, so that the two
+/// teams of a pair (rows 128j .. 128j + 127) belong to one token and see
+/// the same keys. Not over sparse lists, where pairs measured 2 % slower on
+/// an H100 at H = 128 (docs/performance.md, "FP8 teams in pairs").
+template <class Scalar, class ExecSpace>
+bool DecodeSm90Path<Scalar, ExecSpace>::teams_in_pairs(const CacheShape& s) {
+  return s.storage != CacheStorage::Native && s.topk == 0 && s.heads % 128 == 0;
+}
+
 template <class Scalar, class ExecSpace>
 bool DecodeSm90Path<Scalar, ExecSpace>::applicable(const CacheProblem& p) {
   // sm_90a code runs on compute capability 9.0 alone.
@@ -46,6 +56,7 @@ std::string DecodeSm90Path<Scalar, ExecSpace>::describe() const {
   std::ostringstream o;
   o << "on Hopper warpgroups splits=" << this->splits_ << " team_size=" << team_size
     << " rows=" << Kernel::kRows << " key_tile=" << Kernel::kKeys
+    << (teams_in_pairs(s) ? " teams_in_pairs" : "")
     << " scratch=" << decode_scratch_bytes<DecodeSm90Kernel, Scalar>(s)
     << "B@level0 workspace=" << this->workspace_bytes() << "B";
   return o.str();
@@ -92,10 +103,21 @@ void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, con
                                                       Scalar* qa) const {
   const CacheProblem& p = this->problem_;
   const std::uint64_t* maps = key_row_maps(exec, a);
+  const bool in_pairs = teams_in_pairs(p.shape);
   attend_in_parts<DecodeSm90Kernel, Scalar>(exec, "KokkosMLA::CacheAttention::attend_sm90", p.shape,
                                             this->splits_, float(p.scale), p.options.causal, a, qa,
                                             this->parts_.data(), this->listed(),
-                                            [&](auto& kernel) { kernel.tile_maps = maps; });
+                                            [&](const Kokkos::Cuda& e, const char* label, auto kernel) {
+                                              using Kernel = decltype(kernel);
+                                              kernel.tile_maps = maps;
+                                              if constexpr (Kernel::kFp8) {
+                                                if (in_pairs) {
+                                                  attend_decode(e, label, PairedTeams<Kernel>(kernel));
+                                                  return;
+                                                }
+                                              }
+                                              attend_decode(e, label, kernel);
+                                            });
 }
 
 #if KOKKOSMLA_HAS_HALF

@@ -41,6 +41,13 @@
 // barrier counts both); the tiles, scratch and products are the 16-bit
 // cache's. The groups' registers are set apart (setmaxnreg): the
 // dequantiser needs few, the scores group most (KokkosMLA_Fp8Tiles.hpp).
+// Over a dense FP8 cache at 128 heads and more (two teams a token's 128
+// rows, the same keys) the two teams run as a pair (PairedTeams, a
+// thread-block cluster of two): each dequantiser takes half of every
+// tile's keys and writes them into both teams' buffers (its own, and its
+// partner's by st.async counted on the partner's full barrier), and each
+// team's consumers release a tile in both teams, so that every token is
+// dequantised once, not once a team.
 // Sparse attention reads each query token's listed keys (ListedKeys) as a
 // sequence of its own.
 //
@@ -129,9 +136,12 @@ struct DecodeSm90Kernel
     return std::size_t(kQueryBytes) + kStages * std::size_t(kTileBytes) + kPublishedBytes + kMaximaBytes +
            kBarriers * sizeof(std::uint64_t) + wgmma::kAtomBytes;
   }
-  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
+  KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const { run<1>(team); }
+  /// The team's work, alone (Teams = 1) or as one of a pair (PairedTeams).
+  template <int Teams>
+  KOKKOS_INLINE_FUNCTION void run(const Member& team) const {
 #ifdef KOKKOSMLA_SM90A_DEVICE_CODE
-    attend(team);
+    attend<Teams>(team);
 #elif defined(__CUDA_ARCH__)
     (void)team;
     Kokkos::abort("KokkosMLA::DecodeSm90Kernel: this GPU's code was built without sm_90a instructions");
@@ -197,14 +207,17 @@ struct DecodeSm90Kernel
   /// pass; 0 from `end` on), looked up a tile ahead of their copies so that
   /// these do not wait for the block table; of a tile copied by TMA, its
   /// first row alone, in thread 0's row[0] (0 elsewhere).
-  struct TileRows {
-    std::int64_t row[kPasses];
+  template <int Passes = kPasses>
+  struct RowsOf {
+    std::int64_t row[Passes];
   };
-  __device__ TileRows tile_rows(std::int64_t b, std::int64_t k0, std::int64_t end, int thread) const {
+  using TileRows = RowsOf<kPasses>;
+  template <int Passes = kPasses>
+  __device__ RowsOf<Passes> tile_rows(std::int64_t b, std::int64_t k0, std::int64_t end, int thread) const {
     const bool by_tma = copied_by_tma(k0, end);
-    TileRows r;
+    RowsOf<Passes> r;
     KOKKOSMLA_UNROLL
-    for (int pass = 0; pass < kPasses; ++pass) {
+    for (int pass = 0; pass < Passes; ++pass) {
       const std::int64_t k = k0 + thread / 8 + kPassKeys * pass;
       r.row[pass] = by_tma ? (pass == 0 && thread == 0 ? this->key_row(b, k0) : 0)
                            : (k < end ? this->key_row(b, k) : 0);
@@ -279,44 +292,88 @@ struct DecodeSm90Kernel
     rows = tile_rows(b, k0 + kKeys, key_end, thread);
   }
 
-  /// The dequantiser (FP8 tokens), per tile i: its tokens read into
-  /// registers by passes of 16 keys, two passes ahead of their stores (the
-  /// tile's cache rows a tile ahead of those), dequantised into buffer i % 2
-  /// once both other groups are done with tile i - 2, and published on the
-  /// tile's full barrier.
+  /// The dequantiser (FP8 tokens), per tile i: its share of the tile's
+  /// tokens (all of them, or with a pair of teams the half from key
+  /// 32 * cluster rank) read into registers by passes of 16 keys, two passes
+  /// ahead of their stores (the cache rows a tile ahead of those),
+  /// dequantised into buffer i % 2 (of both teams of a pair) once every
+  /// group that reads it is done with tile i - 2, and published on the
+  /// tile's full barrier (a pair: the partner's half counted there in bytes).
+  template <int Teams>
   __device__ void dequantise_tiles(const Scratch& sc, int tiles, std::int64_t b, std::int64_t begin,
                                    std::int64_t key_end, int thread) const {
-    static_assert(kPasses == 4, "two pairs of passes a tile");
+    constexpr int kOwnPasses = kPasses / Teams;
+    static_assert(kOwnPasses % 2 == 0, "passes in pairs: one piece in flight while the other is stored");
     const Fp8Tiles tokens = fp8_tiles();
-    TileRows rows = tile_rows(b, begin, key_end, thread), next = tile_rows(b, begin + kKeys, key_end, thread);
-    auto load = [&](const TileRows& r, int i, int pass, int me) {
-      const std::int64_t k = begin + std::int64_t(i) * kKeys + me / 8 + kPassKeys * pass;
+    const unsigned partner = Teams == 1 ? 0u : cluster::rank() ^ 1u;
+    const int own = Teams == 1 ? 0 : kKeys / Teams * int(cluster::rank());  // first key of the share
+    auto rows_of = [&](int i, int me) {
+      return tile_rows<kOwnPasses>(b, begin + std::int64_t(i) * kKeys + own, key_end, me);
+    };
+    RowsOf<kOwnPasses> rows = rows_of(0, thread), next = rows_of(1, thread);
+    auto load = [&](const RowsOf<kOwnPasses>& r, int i, int pass, int me) {
+      const std::int64_t k = begin + std::int64_t(i) * kKeys + own + me / 8 + kPassKeys * pass;
       return Fp8Tiles::load_piece(tokens.token(r.row[pass]), me % 8, k < key_end);
     };
-    typename Fp8Tiles::TokenPiece even = load(rows, 0, 0, thread), odd = load(rows, 0, 1, thread);
+    typename Fp8Tiles::TokenPiece pieces[2] = {load(rows, 0, 0, thread), load(rows, 0, 1, thread)};
     for (int i = 0; i < tiles; ++i) {
       // Hidden once a tile: the stores' 40 offsets are not kept in registers across tiles.
-      const int me = hidden_from_compiler(thread), key = me / 8, piece = me % 8;
-      if (i >= kStages) sc.keys.await_release(i - kStages);
+      const int me = hidden_from_compiler(thread), key = own + me / 8, piece = me % 8;
+      if (i >= kStages) {
+        if constexpr (Teams == 1)
+          sc.keys.await_release(i - kStages);
+        else
+          sync::wait<true>(sc.keys.empty + i % kStages, ((i - kStages) / kStages) & 1);
+      }
       const unsigned tile_at = shared_address(sc.keys.buffer(i));
+      unsigned partner_tile = 0, partner_full = 0;  // the same buffer and its full barrier, in the partner
+      if constexpr (Teams == 2) {
+        partner_tile = cluster::peer_address(tile_at, partner);
+        partner_full = cluster::peer_address(sync::address_of(sc.keys.full_of(i)), partner);
+      }
       auto put = [&](int k, int column, uint4 bits) {
-        store_shared_16(tile_at + wgmma::swizzled_offset(kKeys, k, column), bits);
+        const unsigned offset = wgmma::swizzled_offset(kKeys, k, column);
+        store_shared_16(tile_at + offset, bits);
+        if constexpr (Teams == 2) cluster::store_remote_16(partner_tile + offset, bits, partner_full);
       };
-      tokens.put_piece(even, key, piece, put);
-      even = load(rows, i, 2, me);
-      tokens.put_piece(odd, key + kPassKeys, piece, put);
-      odd = load(rows, i, 3, me);
-      tokens.put_piece(even, key + 2 * kPassKeys, piece, put);
-      even = load(next, i + 1, 0, me);
-      tokens.put_piece(odd, key + 3 * kPassKeys, piece, put);
-      odd = load(next, i + 1, 1, me);
+      KOKKOSMLA_UNROLL
+      for (int pass = 0; pass < kOwnPasses; ++pass) {
+        tokens.put_piece(pieces[pass % 2], key + kPassKeys * pass, piece, put);
+        pieces[pass % 2] = pass + 2 < kOwnPasses ? load(rows, i, pass + 2, me)
+                                                 : load(next, i + 1, pass + 2 - kOwnPasses, me);
+      }
       wgmma::fence_shared_writes();
-      sc.keys.filled(i);
+      if (Teams == 2 && me == 0)
+        tma::expect_bytes(sc.keys.full_of(i), kTileBytes / 2);  // the partner's half, and this arrival
+      else
+        sc.keys.filled(i);
       rows = next;
-      next = tile_rows(b, begin + std::int64_t(i + 2) * kKeys, key_end, me);
+      next = rows_of(i + 2, me);
     }
   }
 
+  /// This thread (Teams = 1) or its warp (a pair) is done with key tile i:
+  /// with a pair, in both teams, whose dequantisers both write it.
+  template <int Teams>
+  __device__ static void release_key_tile(const Scratch& sc, int i) {
+    if constexpr (Teams == 1) {
+      sc.keys.release(i);
+    } else {
+      __syncwarp();  // every lane's products done
+      if (lane() == 0) {
+        std::uint64_t* empty = sc.keys.empty + i % kStages;
+        sync::arrive(empty);
+        cluster::arrive_remote(cluster::peer_address(sync::address_of(empty), cluster::rank() ^ 1u));
+      }
+    }
+  }
+  __device__ static int lane() {
+    int r;
+    asm("mov.u32 %0, %%laneid;\n" : "=r"(r));
+    return r;
+  }
+
+  template <int Teams>
   __device__ void attend(const Member& team) const {
     const int rank = hidden_from_compiler(team.team_rank());
     const int group = rank / kGroupThreads, thread = rank % kGroupThreads;
@@ -330,13 +387,16 @@ struct DecodeSm90Kernel
 
     if (rank == 0) {
       // One group arrives on each barrier; on the key tiles' empty ones with
-      // FP8 tokens, both groups that read the tiles (the dequantiser fills them).
+      // FP8 tokens, both groups that read the tiles (the dequantiser fills
+      // them), and with a pair of teams both teams' groups, a warp at a time.
+      constexpr int kTileReaders = Teams == 1 ? 2 * kGroupThreads : Teams * 2 * kGroupThreads / 32;
       for (int i = 0; i < kBarriers; ++i) {
         const bool key_tile_empty = i >= kStages && i < 2 * kStages;
-        sync::init(sc.keys.full + i, kFp8 && key_tile_empty ? 2 * kGroupThreads : kGroupThreads);
+        sync::init(sc.keys.full + i, kFp8 && key_tile_empty ? kTileReaders : kGroupThreads);
       }
+      if constexpr (Teams == 2) cluster::publish_inits();
     }
-    team.team_barrier();
+    meet<Teams>(team);
     stage_queries(b, first, sc.queries, rank);
     TileRows key_rows{};  // of the values group's next fill (16-bit caches)
     if (!kFp8 && group == kValuesGroup) {
@@ -360,7 +420,7 @@ struct DecodeSm90Kernel
       const int visible1 = int(this->visible_end(share, n0 + 8) - begin);
       float o[kChunks][32];
       zero(o);
-      score_tiles(sc, o, m, l, tiles, int(share.edge_from - begin), visible0, visible1, row0, t);
+      score_tiles<Teams>(sc, o, m, l, tiles, int(share.edge_from - begin), visible0, visible1, row0, t);
       // The values group takes the rows' final max and sums (each row's sum on its lane t = 0).
       consumers_meet();  // both groups done with the tiles' maxima
       float sum[2] = {l[0], l[1]};
@@ -376,7 +436,7 @@ struct DecodeSm90Kernel
       if constexpr (kFp8) wgmma::set_registers<kValuesRegisters, kLaunchRegisters>();
       float o[kChunks][32];
       zero(o);
-      value_tiles(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
+      value_tiles<Teams>(sc, o, m, tiles, b, begin, team_end, row0, thread, key_rows);
       consumers_meet();
       consumers_meet();  // the scores group's final max and sums written
       KOKKOSMLA_UNROLL
@@ -385,11 +445,21 @@ struct DecodeSm90Kernel
       finish(o, m, l, b, share.part, first + row0, t, group);
     } else if constexpr (kFp8) {
       wgmma::set_registers<kDequantiserRegisters, kLaunchRegisters>();
-      dequantise_tiles(sc, tiles, b, begin, team_end, thread);
+      dequantise_tiles<Teams>(sc, tiles, b, begin, team_end, thread);
     }
-    team.team_barrier();  // all done with the barriers: the block's next team sets them up anew
+    meet<Teams>(team);  // all done with the barriers (a pair: the partner's too): the block's next team sets
+                        // them up anew
     if (rank == 0)
       for (int i = 0; i < kBarriers; ++i) sync::invalidate(sc.keys.full + i);
+  }
+
+  /// The team's threads meet, or a pair's: what each wrote before is visible to all after.
+  template <int Teams>
+  __device__ static void meet(const Member& team) {
+    if constexpr (Teams == 1)
+      team.team_barrier();
+    else
+      cluster::meet();
   }
 
   /// The scores and values groups meet (a named barrier of their 256
@@ -414,6 +484,7 @@ struct DecodeSm90Kernel
   /// the last group, and issuing the next tile's S before this tile's
   /// softmax, into a second set of scores, both made ptxas serialise the
   /// products, C7514; the second also spilled 130-250 bytes a thread.)
+  template <int Teams>
   __device__ void score_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], float (&l)[2],
                               int tiles, int mask_from, int visible0, int visible1, int row0, int t) const {
     const float scale2 = scale * 1.4426950408889634f;  // exp(x) = exp2(x log2(e))
@@ -443,7 +514,7 @@ struct DecodeSm90Kernel
       wgmma::wait<0>();  // the tensor cores take S_{i+1} after these products in any case
       KOKKOSMLA_UNROLL
       for (int c = 0; c < kChunks; ++c) wgmma::pin(o[c]);
-      sc.keys.release(i);
+      release_key_tile<Teams>(sc, i);
     }
   }
 
@@ -452,6 +523,7 @@ struct DecodeSm90Kernel
   /// fills it once this group too has released the previous tile), then
   /// O[:, 256:512] rescaled by the correction of the published row maxima
   /// (the scores group's arithmetic, so the same bits) and += P V from scratch.
+  template <int Teams>
   __device__ void value_tiles(const Scratch& sc, float (&o)[kChunks][32], float (&m)[2], int tiles,
                               std::int64_t b, std::int64_t begin, std::int64_t key_end, int row0, int thread,
                               TileRows& rows) const {
@@ -462,7 +534,7 @@ struct DecodeSm90Kernel
       if (i > 0) {
         sc.probabilities.release(i - 1);
         if constexpr (kFp8)
-          sc.keys.release(i - 1);  // to the dequantiser
+          release_key_tile<Teams>(sc, i - 1);  // to the dequantiser(s)
         else
           sc.keys.await_release(i - 1);
       }
@@ -549,6 +621,20 @@ struct DecodeSm90Kernel
     });
   }
 #endif
+};
+
+/// A DecodeSm90Kernel of FP8 tokens whose teams run in pairs, a cluster of
+/// two (kClusterTeams, set at its launch), the two teams of 64 rows of one
+/// token's 128 heads (league ranks 2j and 2j + 1: the same sequence, part
+/// and keys), which share each tile's dequantisation (see the top of the file).
+template <class Kernel>
+struct PairedTeams : Kernel {
+  static_assert(Kernel::kFp8, "pairs share the dequantisation of FP8 tokens");
+  static constexpr int kClusterTeams = 2;
+  explicit PairedTeams(const Kernel& k) : Kernel(k) {}
+  KOKKOS_INLINE_FUNCTION void operator()(const typename Kernel::Member& team) const {
+    this->template run<2>(team);
+  }
 };
 
 }  // namespace Impl
