@@ -110,7 +110,8 @@ void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, con
                                             [&](const Kokkos::Cuda& e, const char* label, auto kernel) {
                                               using Kernel = decltype(kernel);
                                               kernel.tile_maps = maps;
-                                              if constexpr (Kernel::kFp8) {
+                                              if constexpr (Kernel::kFp8 &&
+                                                            !Kernel::kListed) {  // teams_in_pairs' kernels
                                                 if (in_pairs) {
                                                   attend_decode(e, label, PairedTeams<Kernel>(kernel));
                                                   return;

@@ -75,7 +75,7 @@ struct DecodeSm90Kernel
   using Ops = Mma<T>;
   static constexpr bool kBf16 = std::is_same<T, Kokkos::Experimental::bhalf_t>::value;
   static constexpr int kRope = Rope, kWidth = kRank + kRope;
-  static constexpr bool kFp8 = Storage != CacheStorage::Native;
+  static constexpr bool kFp8 = Storage != CacheStorage::Native, kListed = Listed;
   static_assert(!kFp8 || Rope == 64, "FP8 tokens of DeepSeek's widths");
   // Scores and values groups, and with FP8 tokens the dequantiser.
   static constexpr int kScoresGroup = 0, kValuesGroup = 1, kDequantiser = 2;
