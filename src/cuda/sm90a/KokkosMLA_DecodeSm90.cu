@@ -104,21 +104,17 @@ void DecodeSm90Path<Scalar, ExecSpace>::attend_kernel(const ExecSpace& exec, con
   const CacheProblem& p = this->problem_;
   const std::uint64_t* maps = key_row_maps(exec, a);
   const bool in_pairs = teams_in_pairs(p.shape);
+  auto attend = [&](const Kokkos::Cuda& e, const char* label, auto kernel) {
+    using Kernel = decltype(kernel);
+    kernel.tile_maps = maps;
+    if constexpr (Kernel::kFp8 && !Kernel::kListed) {  // the kernels that teams_in_pairs may pick
+      if (in_pairs) return attend_decode(e, label, PairedTeams<Kernel>(kernel));
+    }
+    attend_decode(e, label, kernel);
+  };
   attend_in_parts<DecodeSm90Kernel, Scalar>(exec, "KokkosMLA::CacheAttention::attend_sm90", p.shape,
                                             this->splits_, float(p.scale), p.options.causal, a, qa,
-                                            this->parts_.data(), this->listed(),
-                                            [&](const Kokkos::Cuda& e, const char* label, auto kernel) {
-                                              using Kernel = decltype(kernel);
-                                              kernel.tile_maps = maps;
-                                              if constexpr (Kernel::kFp8 &&
-                                                            !Kernel::kListed) {  // teams_in_pairs' kernels
-                                                if (in_pairs) {
-                                                  attend_decode(e, label, PairedTeams<Kernel>(kernel));
-                                                  return;
-                                                }
-                                              }
-                                              attend_decode(e, label, kernel);
-                                            });
+                                            this->parts_.data(), this->listed(), attend);
 }
 
 #if KOKKOSMLA_HAS_HALF
