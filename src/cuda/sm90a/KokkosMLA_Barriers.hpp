@@ -117,8 +117,12 @@ struct Ring {
   __device__ void filled_when_copied(int i) const { arrive_when_copied(full + i % stages); }
   /// This thread is done with tile i.
   __device__ void release(int i) const { arrive(empty + i % stages); }
-  /// Waits until every user of tile i is done with it.
-  __device__ void await_release(int i) const { wait(empty + i % stages, (i / stages) & 1); }
+  /// Waits until every user of tile i is done with it (FromCluster: users
+  /// in the cluster's other teams too, arriving by cluster::arrive_remote).
+  template <bool FromCluster = false>
+  __device__ void await_release(int i) const {
+    wait<FromCluster>(empty + i % stages, (i / stages) & 1);
+  }
 };
 
 }  // namespace sync

@@ -319,12 +319,7 @@ struct DecodeSm90Kernel
     for (int i = 0; i < tiles; ++i) {
       // Hidden once a tile: the stores' 40 offsets are not kept in registers across tiles.
       const int me = hidden_from_compiler(thread), key = own + me / 8, piece = me % 8;
-      if (i >= kStages) {
-        if constexpr (Teams == 1)
-          sc.keys.await_release(i - kStages);
-        else
-          sync::wait<true>(sc.keys.empty + i % kStages, ((i - kStages) / kStages) & 1);
-      }
+      if (i >= kStages) sc.keys.await_release<Teams == 2>(i - kStages);
       const unsigned tile_at = shared_address(sc.keys.buffer(i));
       unsigned partner_tile = 0, partner_full = 0;  // the same buffer and its full barrier, in the partner
       if constexpr (Teams == 2) {
